@@ -1,0 +1,239 @@
+"""The draft–verify loop. It yields one `Round` per target pass and never prints.
+
+Each round: the drafter proposes up to k tokens; the target scores
+`[last, d1 … dk]` in one batch with logits on all k+1 rows; the acceptance
+rule keeps a prefix of the draft and adds one token of the target's; the
+target's cache drops the rejected tail. Plain decoding is the same loop with
+k = 0, so both paths are measured by the same code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from specgen.acceptance import accept_greedy, accept_sampled
+from specgen.drafters import Draft, Drafter
+from specgen.errors import SpecgenError
+from specgen.sampling import SamplingParams, probs, sample
+
+
+@dataclass
+class Round:
+    """What one target pass settled."""
+
+    tokens: list[int]  # emitted: accepted drafts first, then the target's own
+    drafted: int  # tokens proposed this round
+    accepted: int  # drafts kept by the acceptance rule
+    draft_s: float  # time spent drafting
+    verify_s: float  # time of the target pass and the acceptance rule
+
+
+@dataclass
+class Stats:
+    """Counters and timings, as defined in DESIGN.md (vLLM / llama.cpp names)."""
+
+    prompt_tokens: int = 0
+    generated: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_at: list[int] = field(default_factory=list)  # rounds that drafted >= i+1
+    accepted_at: list[int] = field(default_factory=list)  # drafts accepted at position i+1
+    k_chosen: Counter = field(default_factory=Counter)  # draft length per round
+    prefill_s: float = 0.0
+    total_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    stop_reason: str = ""
+
+    def add(self, r: Round) -> None:
+        self.rounds += 1
+        self.generated += len(r.tokens)
+        self.drafted += r.drafted
+        self.accepted += r.accepted
+        self.draft_s += r.draft_s
+        self.verify_s += r.verify_s
+        self.k_chosen[r.drafted] += 1
+        while len(self.drafted_at) < r.drafted:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(r.drafted):
+            self.drafted_at[i] += 1
+        for i in range(r.accepted):
+            self.accepted_at[i] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_len(self) -> float:
+        return self.generated / self.rounds if self.rounds else 0.0
+
+    @property
+    def per_position(self) -> list[float]:
+        return [a / d for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    @property
+    def decode_s(self) -> float:
+        return max(self.total_s - self.prefill_s, 0.0)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode speed: tokens after the first over the time after the first."""
+        return (self.generated - 1) / self.decode_s if self.generated > 1 and self.decode_s > 0 else 0.0
+
+    def timings(self) -> dict:
+        return {
+            "prefill_s": self.prefill_s,
+            "ttft_s": self.prefill_s,
+            "decode_s": self.decode_s,
+            "total_s": self.total_s,
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+    def spec(self, draft_max: int) -> dict:
+        return {
+            "draft_max": draft_max,
+            "rounds": self.rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_len": self.mean_accepted_len,
+            "per_position": self.per_position,
+            "k_hist": {str(k): n for k, n in sorted(self.k_chosen.items())},
+        }
+
+
+class _LazyRows:
+    """rows[i] transformed on first use: the rule stops at the first rejection."""
+
+    def __init__(self, rows: np.ndarray, fn) -> None:
+        self._rows, self._fn, self._done = rows, fn, {}
+
+    def __getitem__(self, i: int):
+        if i not in self._done:
+            self._done[i] = self._fn(self._rows[i])
+        return self._done[i]
+
+
+def _argmax(row: np.ndarray) -> int:
+    return int(row.argmax())
+
+
+class Generation:
+    """One request through the loop. Iterate it for `Round`s; read `stats`.
+
+    `tokens` holds what has been generated so far. If iteration is cut short
+    (Ctrl-C), `stats.stop_reason` says "interrupted" and everything counted
+    up to that point stays valid.
+    """
+
+    def __init__(
+        self,
+        target,
+        prompt: Sequence[int],
+        drafter: Drafter | None = None,
+        *,
+        draft_max: int = 8,
+        max_tokens: int = 256,
+        params: SamplingParams = SamplingParams(),
+        ignore_eos: bool = False,
+        seq: int = 0,
+    ) -> None:
+        if not prompt:
+            raise SpecgenError("empty prompt")
+        if len(prompt) >= target.n_ctx:
+            raise SpecgenError(
+                f"prompt has {len(prompt)} tokens but the context holds {target.n_ctx} (raise -c/--ctx-size)"
+            )
+        if draft_max < 0:
+            raise SpecgenError(f"draft length must be >= 1 (got {draft_max})")
+        self.target = target
+        self.prompt = list(prompt)
+        self.drafter = drafter if draft_max > 0 else None
+        self.draft_max = draft_max if drafter is not None else 0
+        self.max_tokens = max_tokens
+        self.params = params
+        self.ignore_eos = ignore_eos
+        self.seq = seq
+        self.tokens: list[int] = []
+        self.stats = Stats(prompt_tokens=len(prompt))
+        self.rng = np.random.default_rng(params.seed)
+
+    # The target's processed row: a token id (greedy) or a distribution.
+    def _pick(self, row: np.ndarray) -> int:
+        if self.params.greedy:
+            return _argmax(row)
+        return sample(probs(row, self.params), self.rng)
+
+    def _stop_after(self, tok: int) -> str:
+        if not self.ignore_eos and self.target.is_eog(tok):
+            return "eos"
+        if len(self.tokens) >= self.max_tokens:
+            return "max_tokens"
+        return ""
+
+    def _emit(self, emitted: list[int]) -> list[int]:
+        """Append emitted tokens up to a stop; return those kept."""
+        kept = []
+        for tok in emitted:
+            self.tokens.append(tok)
+            kept.append(tok)
+            reason = self._stop_after(tok)
+            if reason:
+                self.stats.stop_reason = reason
+                break
+        return kept
+
+    def __iter__(self) -> Iterator[Round]:
+        start = time.perf_counter()
+        try:
+            yield from self._run(start)
+        except KeyboardInterrupt:
+            self.stats.stop_reason = "interrupted"
+            raise
+        finally:
+            self.stats.total_s = time.perf_counter() - start
+
+    def _run(self, start: float) -> Iterator[Round]:
+        st, target, seq = self.stats, self.target, self.seq
+        if self.drafter is not None:
+            self.drafter.begin()
+        # Prefill: the prompt's last row gives the first token (round 1).
+        row = target.sync(seq, self.prompt)
+        first = self._pick(row)
+        st.prefill_s = time.perf_counter() - start
+        r = Round(self._emit([first]), 0, 0, 0.0, st.prefill_s)
+        st.add(r)
+        yield r
+        context = self.prompt + self.tokens
+        while not st.stop_reason:
+            base = len(context) - 1  # cached positions; context[-1] is unscored
+            if base + 1 > target.n_ctx:
+                st.stop_reason = "context_full"
+                break
+            k = min(self.draft_max, self.max_tokens - len(self.tokens) - 1, target.n_ctx - base - 1)
+            t0 = time.perf_counter()
+            draft = self.drafter.propose(context, k, self.params, self.rng) if k > 0 else Draft()
+            t1 = time.perf_counter()
+            d = draft.tokens[:k]
+            rows = target.decode(seq, [context[-1], *d], len(d) + 1)
+            if self.params.greedy:
+                n_acc, nxt = accept_greedy(d, _LazyRows(rows, _argmax))
+            else:
+                p = _LazyRows(rows, lambda x: probs(x, self.params))
+                n_acc, nxt = accept_sampled(d, p, draft.q, self.rng)
+            if n_acc < len(d):
+                target.truncate(seq, base + 1 + n_acc)
+            emitted = self._emit(d[:n_acc] + [nxt])
+            context.extend(emitted)
+            t2 = time.perf_counter()
+            r = Round(emitted, len(d), n_acc, t1 - t0, t2 - t1)
+            st.add(r)
+            yield r

@@ -1,0 +1,296 @@
+"""A thin layer over llama-cpp-python's low-level API: one model, one context.
+
+What it does and nothing more: load a GGUF, tokenize and detokenize, decode a
+batch with logits on chosen rows (read back as numpy views, no copies), and
+roll back a sequence's KV cache. Each sequence's cached tokens are tracked so
+a caller can ask for "this exact token list in the cache" (`sync`) and pay
+only for what is new. Every call takes a sequence id, so several requests can
+share one context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from specgen.errors import SpecgenError
+
+import llama_cpp as llama
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+def _quiet_log(level, text, user_data):  # noqa: ARG001 - llama.cpp's signature
+    if level == 4 and os.environ.get("SPECGEN_LLAMA_LOG"):  # GGML_LOG_LEVEL_ERROR
+        os.write(2, text)
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        llama.llama_log_set(_quiet_log, None)
+        llama.llama_backend_init()
+        _backend_ready = True
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What the tokenizer check compares between two models."""
+
+    type: int
+    n_tokens: int
+    add_bos: bool
+    add_eos: bool
+    bos: int
+    eos: int
+    eot: int
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Engine:
+    """One GGUF model with one llama.cpp context."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        n_batch: int = 512,
+        n_seq_max: int = 1,
+        vocab_only: bool = False,
+    ) -> None:
+        _init_backend()
+        self.path = Path(path)
+        self._model = self._ctx = self._batch = None
+        mparams = llama.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        mparams.vocab_only = vocab_only
+        self._model = llama.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise SpecgenError(f"llama.cpp could not load {self.path} (unsupported architecture or corrupt file)")
+        self._vocab = llama.llama_model_get_vocab(self._model)
+        self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
+        self._eog: dict[int, bool] = {}
+        if vocab_only:
+            return
+        threads = n_threads or os.cpu_count() or 1
+        cparams = llama.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = n_seq_max
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        # A full-size sliding-window cache, so rolling back to any position
+        # (draft rejection, a new chat turn) never needs a re-prefill.
+        cparams.swa_full = True
+        self._ctx = llama.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise SpecgenError(f"could not create a llama.cpp context of {n_ctx} tokens for {self.path}")
+        self.n_ctx = llama.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self.n_threads = threads
+        self._mem = llama.llama_get_memory(self._ctx)
+        self._batch = llama.llama_batch_init(n_batch, 0, n_seq_max)
+        self._seq_ids = [ctypes.c_int32(s) for s in range(n_seq_max)]
+        self._kv: list[list[int]] = [[] for _ in range(n_seq_max)]
+        self._kv_valid = [True] * n_seq_max
+        self.n_decodes = 0  # llama_decode calls, for accounting and tests
+
+    # -- vocabulary -------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (llama.llama_token * cap)()
+        n = llama.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama.llama_token * cap)()
+            n = llama.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def token_text(self, token: int) -> bytes:
+        return llama.llama_vocab_get_text(self._vocab, token) or b""
+
+    def token_attr(self, token: int) -> int:
+        return int(llama.llama_vocab_get_attr(self._vocab, token))
+
+    def is_eog(self, token: int) -> bool:
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(llama.llama_vocab_is_eog(self._vocab, token))
+        return eog
+
+    def vocab_info(self) -> VocabInfo:
+        v = self._vocab
+        return VocabInfo(
+            type=int(llama.llama_vocab_type(v)),
+            n_tokens=self.n_vocab,
+            add_bos=bool(llama.llama_vocab_get_add_bos(v)),
+            add_eos=bool(llama.llama_vocab_get_add_eos(v)),
+            bos=int(llama.llama_vocab_bos(v)),
+            eos=int(llama.llama_vocab_eos(v)),
+            eot=int(llama.llama_vocab_eot(v)),
+        )
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        tmpl = llama.llama_model_chat_template(self._model, None)
+        return tmpl.decode("utf-8", errors="replace") if tmpl else None
+
+    # -- KV cache ---------------------------------------------------------
+    def kv_tokens(self, seq: int = 0) -> list[int]:
+        """The tokens whose keys and values the sequence holds (a copy)."""
+        return list(self._kv[seq]) if self._kv_valid[seq] else []
+
+    def truncate(self, seq: int, n: int) -> None:
+        """Drop every cached position >= n of sequence `seq`."""
+        kv = self._kv[seq]
+        if n >= len(kv) and self._kv_valid[seq]:
+            return
+        if not self._kv_valid[seq]:
+            n = 0
+        if not llama.llama_memory_seq_rm(self._mem, seq, n, -1):
+            raise SpecgenError(f"llama.cpp cannot roll back the cache of {self.path.name} (recurrent model?)")
+        del kv[n:]
+        self._kv_valid[seq] = True
+
+    def decode(self, seq: int, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
+        """Append `tokens` to the sequence; logits on its last `n_logits` rows.
+
+        Returns an (n_logits, n_vocab) float32 view into llama.cpp's buffer,
+        valid until the next decode on this engine.
+        """
+        return self.decode_batch([(seq, tokens, n_logits)])[0]
+
+    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        """One llama_decode over several sequences' new tokens.
+
+        parts: (seq, tokens, n_logits) for each sequence. The rows of all
+        parts must fit in n_batch. Returns one logits view per part.
+        """
+        b = self._batch
+        i = 0
+        for seq, tokens, n_logits in parts:
+            if not self._kv_valid[seq]:
+                self.truncate(seq, 0)
+            pos = len(self._kv[seq])
+            first_logit = len(tokens) - n_logits
+            sid = self._seq_ids[seq]
+            for j, tok in enumerate(tokens):
+                b.token[i] = tok
+                b.pos[i] = pos + j
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = sid
+                b.logits[i] = j >= first_logit
+                i += 1
+        if i > self.n_batch:
+            raise ValueError(f"batch of {i} rows exceeds n_batch={self.n_batch}")
+        b.n_tokens = i
+        for seq, _, _ in parts:
+            self._kv_valid[seq] = False  # until the decode is known to have landed
+        rc = llama.llama_decode(self._ctx, b)
+        self.n_decodes += 1
+        if rc != 0:
+            # The cache may hold part of the batch: forget what we knew.
+            if rc == 1:
+                raise SpecgenError(f"context full: no KV slot for {i} more tokens (n_ctx={self.n_ctx}; raise -c)")
+            raise SpecgenError(f"llama_decode failed with code {rc}")
+        n_out = sum(n for _, _, n in parts)
+        views = []
+        if n_out:
+            base = llama.llama_get_logits(self._ctx)
+            allrows = np.ctypeslib.as_array(base, shape=(n_out, self.n_vocab))
+            r = 0
+            for _, _, n in parts:
+                views.append(allrows[r : r + n])
+                r += n
+        else:
+            views = [np.empty((0, self.n_vocab), dtype=np.float32) for _ in parts]
+        for seq, tokens, _ in parts:
+            self._kv[seq].extend(tokens)
+            self._kv_valid[seq] = True
+        return views
+
+    def sync(self, seq: int, tokens: Sequence[int]) -> np.ndarray:
+        """Make the sequence's cache hold exactly `tokens`; logits of the last.
+
+        Reuses the longest cached prefix, prefills the rest in chunks of
+        n_batch with logits only for the final row. Returns a (n_vocab,) view.
+        """
+        if not tokens:
+            raise ValueError("sync needs at least one token")
+        keep = _common_prefix(self._kv[seq], tokens) if self._kv_valid[seq] else 0
+        keep = min(keep, len(tokens) - 1)  # the last token is re-fed for its logits
+        self.truncate(seq, keep)
+        rest = list(tokens[keep:])
+        for start in range(0, len(rest), self.n_batch):
+            chunk = rest[start : start + self.n_batch]
+            last = start + self.n_batch >= len(rest)
+            out = self.decode(seq, chunk, 1 if last else 0)
+        return out[0]
+
+    # -- lifetime ---------------------------------------------------------
+    def close(self) -> None:
+        if self._batch is not None:
+            llama.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:
+            pass
+

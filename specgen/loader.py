@@ -1,0 +1,100 @@
+"""Open what a command asked for: the target engine and its drafter.
+
+Resolves model references through the registry, refuses a draft model whose
+tokenizer differs from the target's, and says which mode the run is in
+("plain", "lookup" or "draft").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specgen import registry
+from specgen.drafters import DraftModel, Drafter, PromptLookup
+from specgen.engine import Engine
+from specgen.errors import SpecgenError
+
+
+@dataclass
+class ModelOptions:
+    model: str | None = None
+    draft: str | None = None
+    lookup: bool = False
+    no_spec: bool = False
+    pair: str | None = None
+    draft_max: int | None = None
+    ctx_size: int = 4096
+    threads: int | None = None
+    gpu_layers: int = 0
+    ngram_max: int = 3
+    ngram_min: int = 1
+    n_seq: int = 1
+
+    def validate(self) -> None:
+        chosen = [name for name, on in (("-d/--draft", self.draft), ("--lookup", self.lookup), ("--no-spec", self.no_spec)) if on]
+        if len(chosen) > 1:
+            raise SpecgenError(f"choose one of {', '.join(chosen)}")
+        if self.draft_max is not None and self.draft_max < 1:
+            raise SpecgenError(f"-k/--draft-max must be >= 1 (got {self.draft_max})")
+        if self.ctx_size < 16:
+            raise SpecgenError(f"-c/--ctx-size must be >= 16 (got {self.ctx_size})")
+        if self.threads is not None and self.threads < 1:
+            raise SpecgenError(f"-t/--threads must be >= 1 (got {self.threads})")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise SpecgenError("n-gram sizes need 1 <= --ngram-min <= --ngram-max")
+
+
+@dataclass
+class Loaded:
+    target: Engine
+    drafter: Drafter | None
+    mode: str  # plain | lookup | draft
+    draft_max: int
+    target_path: Path
+    draft_path: Path | None = None
+    draft_engine: Engine | None = None
+
+    def close(self) -> None:
+        if self.draft_engine is not None:
+            self.draft_engine.close()
+        self.target.close()
+
+
+DEFAULT_DRAFT_MAX = {"lookup": 8, "draft": 4, "plain": 0}
+
+
+def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Loaded:
+    opts.validate()
+    catalog = catalog or registry.load_catalog()
+    model_ref, draft_ref, draft_max = opts.model, opts.draft, opts.draft_max
+    if opts.pair:
+        pair = registry.resolve_pair(opts.pair, catalog)
+        model_ref = model_ref or pair.target
+        if not (opts.lookup or opts.no_spec):
+            draft_ref = draft_ref or pair.draft
+        draft_max = draft_max or pair.draft_max
+    target_path = registry.resolve_model(model_ref, catalog)
+    draft_path = registry.resolve_model(draft_ref, catalog) if draft_ref else None
+    mode = "plain" if opts.no_spec else "draft" if draft_path else "lookup"
+    k = 0 if mode == "plain" else (draft_max or DEFAULT_DRAFT_MAX[mode])
+
+    kw = dict(n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=opts.n_seq)
+    target = Engine(target_path, n_ctx=opts.ctx_size, **kw)
+    drafter: Drafter | None = None
+    draft_engine = None
+    try:
+        if mode == "draft":
+            from specgen.vocab import n_shared, require_compatible
+
+            draft_engine = Engine(draft_path, n_ctx=opts.ctx_size, **kw)
+            require_compatible(target, draft_engine)
+            drafter = DraftModel(draft_engine, n_shared(target, draft_engine), target.n_vocab)
+        elif mode == "lookup":
+            drafter = PromptLookup(opts.ngram_max, opts.ngram_min)
+    except BaseException:
+        if draft_engine is not None:
+            draft_engine.close()
+        target.close()
+        raise
+    return Loaded(target, drafter, mode, k, target_path, draft_path, draft_engine)

@@ -1,0 +1,133 @@
+"""The draft–verify loop against a fake engine: positions, rollback, accounting."""
+
+import numpy as np
+import pytest
+
+from fakes import FakeEngine, chain_table
+from specgen.decoding import Generation
+from specgen.drafters import Draft
+from specgen.errors import SpecgenError
+from specgen.sampling import SamplingParams
+
+
+class ScriptedDrafter:
+    """Proposes tokens from a script: a list per round (cut to k)."""
+
+    name = "scripted"
+
+    def __init__(self, rounds):
+        self.rounds = list(rounds)
+        self.calls = []
+
+    def begin(self):
+        pass
+
+    def propose(self, context, k, params, rng):
+        self.calls.append((list(context), k))
+        return Draft(self.rounds.pop(0)[:k] if self.rounds else [])
+
+
+def run(gen):
+    return list(gen)
+
+
+def test_plain_decoding_one_token_per_round():
+    eng = FakeEngine(chain_table(10))
+    gen = Generation(eng, [3], None, draft_max=0, max_tokens=5)
+    rounds = run(gen)
+    assert gen.tokens == [4, 5, 6, 7, 8]
+    assert [len(r.tokens) for r in rounds] == [1] * 5
+    assert gen.stats.rounds == gen.stats.generated == 5
+    assert gen.stats.drafted == 0 and gen.stats.mean_accepted_len == 1.0
+    assert gen.stats.stop_reason == "max_tokens"
+    # every decode appended one token at the right place; nothing rolled back
+    assert eng.kv[0] == [3, 4, 5, 6, 7]
+
+
+def test_rejection_rolls_back_and_accounts():
+    eng = FakeEngine(chain_table(20))
+    # prompt [1] -> first token 2; then the target continues 3, 4, 5 ...
+    drafter = ScriptedDrafter([[3, 4, 9, 9], [6, 7, 8, 9]])
+    gen = Generation(eng, [1], drafter, draft_max=4, max_tokens=11)
+    rounds = run(gen)
+    # round 2: 3,4 accepted, 9 rejected -> correction 5; round 3: all 4 accepted + bonus 10
+    assert [r.tokens for r in rounds[:3]] == [[2], [3, 4, 5], [6, 7, 8, 9, 10]]
+    assert [(r.drafted, r.accepted) for r in rounds[:3]] == [(0, 0), (4, 2), (4, 4)]
+    assert gen.tokens == list(range(2, 13))
+    # the verify of round 2 decoded [2, 3, 4, 9, 9] at positions 1..5, then kept 1 + 2
+    assert eng.decodes[1] == (0, [2, 3, 4, 9, 9], 5)
+    assert (0, 4) in eng.truncations
+    # the cache holds exactly the accepted context (the last token is not yet scored)
+    assert eng.kv[0] == [1] + gen.tokens[:-1]
+    st = gen.stats
+    assert (st.drafted, st.accepted) == (8, 6)
+    assert st.drafted_at == [2, 2, 2, 2] and st.accepted_at == [2, 2, 1, 1]
+    assert st.per_position == [1.0, 1.0, 0.5, 0.5]
+    assert st.mean_accepted_len == pytest.approx(st.generated / st.rounds)
+    assert st.generated == len(gen.tokens) == sum(len(r.tokens) for r in rounds)
+
+
+def test_drafter_sees_accepted_context_and_k_shrinks_near_max_tokens():
+    eng = FakeEngine(chain_table(30))
+    drafter = ScriptedDrafter([[3, 4, 5, 6, 7, 8, 9, 10]] * 5)
+    gen = Generation(eng, [1], drafter, draft_max=8, max_tokens=6)
+    run(gen)
+    assert drafter.calls[0] == ([1, 2], 4)  # 6 - 1 generated - 1 for the target's token
+    assert gen.tokens == [2, 3, 4, 5, 6, 7]
+    assert gen.stats.stop_reason == "max_tokens"
+
+
+def test_eos_inside_accepted_draft_stops_there():
+    eng = FakeEngine(chain_table(10), eog=5)
+    drafter = ScriptedDrafter([[3, 4, 5, 6]])
+    gen = Generation(eng, [1], drafter, draft_max=4, max_tokens=50)
+    run(gen)
+    assert gen.tokens == [2, 3, 4, 5]
+    assert gen.stats.stop_reason == "eos"
+
+
+def test_ignore_eos_keeps_going():
+    eng = FakeEngine(chain_table(10), eog=5)
+    gen = Generation(eng, [1], None, draft_max=0, max_tokens=8, ignore_eos=True)
+    run(gen)
+    assert gen.tokens == [2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_context_limit_caps_draft_and_stops():
+    eng = FakeEngine(chain_table(50), n_ctx=8)
+    drafter = ScriptedDrafter([[k for k in range(3 + i, 50)] for i in range(0, 40, 1)])
+    gen = Generation(eng, [1, 2], drafter, draft_max=8, max_tokens=100)
+    run(gen)  # FakeEngine raises if the cache would exceed n_ctx
+    assert gen.stats.stop_reason == "context_full"
+    assert len(eng.kv[0]) == 8
+
+
+def test_prompt_longer_than_context_is_refused():
+    eng = FakeEngine(chain_table(10), n_ctx=4)
+    with pytest.raises(SpecgenError, match="prompt has 5 tokens"):
+        Generation(eng, [1, 2, 3, 4, 5], None)
+
+
+def test_sampled_loop_is_reproducible_with_seed():
+    rng = np.random.default_rng(0)
+    eng = FakeEngine(rng.normal(size=(12, 12)).astype(np.float32))
+    params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=42)
+    outs = []
+    for _ in range(2):
+        eng.kv.clear()
+        gen = Generation(eng, [1], ScriptedDrafter([[2, 3, 4]] * 20), draft_max=3, max_tokens=20, params=params)
+        run(gen)
+        outs.append(gen.tokens)
+    assert outs[0] == outs[1]
+
+
+def test_interrupt_marks_stats():
+    eng = FakeEngine(chain_table(10))
+    gen = Generation(eng, [1], None, draft_max=0, max_tokens=50)
+    it = iter(gen)
+    next(it)
+    next(it)
+    with pytest.raises(KeyboardInterrupt):
+        it.throw(KeyboardInterrupt)
+    assert gen.stats.stop_reason == "interrupted"
+    assert gen.stats.generated == 2
