@@ -1,4 +1,50 @@
+"""Shared fixtures: the real embedded model (Gemma 3 270M) and a requantized draft."""
+
+import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    from specgen.registry import resolve_model
+
+    return resolve_model(None)
+
+
+def make_q4_0_draft(target: Path, out: Path) -> Path:
+    """A genuinely different draft sharing the vocabulary: requantized to Q4_0."""
+    import llama_cpp as L
+
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".{os.getpid()}.part")
+    p = L.llama_model_quantize_default_params()
+    p.ftype = L.LLAMA_FTYPE_MOSTLY_Q4_0
+    p.allow_requantize = True
+    p.token_embedding_type = L.GGML_TYPE_Q4_0
+    p.nthread = 2
+    if L.llama_model_quantize(str(target).encode(), str(tmp).encode(), p) != 0:
+        raise RuntimeError("llama_model_quantize failed")
+    os.replace(tmp, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def draft_path(gemma_path) -> Path:
+    from specgen.registry import cache_dir
+
+    return make_q4_0_draft(gemma_path, cache_dir() / "test-drafts" / "gemma-3-270m-q4_0.gguf")
+
+
+@pytest.fixture(scope="session")
+def target(gemma_path):
+    from specgen.engine import Engine
+
+    with Engine(gemma_path, n_ctx=1024, n_threads=2) as e:
+        yield e

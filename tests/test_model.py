@@ -1,0 +1,170 @@
+"""The real model (Gemma 3 270M): speculative greedy output equals plain greedy output.
+
+llama.cpp computes a row inside a batch with other kernels than the same row
+alone (measured below: identical for batches of <= 3 rows, up to ~2 logits
+apart from 4 rows on, against a logit scale of ~30). So greedy speculative
+output may part from plain output where the target's top two candidates are
+that close (and the cache then holds keys and values computed in batches, so
+later rows differ too). The plain run records the target's top two candidates
+at every position; at the first difference the tests require exactly a
+near-tie: the target's top-2 margin there, and the gap between its best token
+and the speculative one, are both within the measured batch discrepancy.
+"""
+
+import numpy as np
+import pytest
+
+from specgen.decoding import Generation
+from specgen.drafters import DraftModel, PromptLookup
+from specgen.engine import Engine
+
+pytestmark = pytest.mark.model
+
+# Largest batch-vs-alone logit difference seen on this model (see
+# test_batched_rows_differ_only_numerically), with a little headroom.
+TIE_MARGIN = 2.5
+
+PROMPTS = [
+    # copy-heavy: code to repeat with a small change
+    "Rename the function add to plus:\n\ndef add(a, b):\n    return a + b\n\nprint(add(1, 2))\n\nRenamed:\n\ndef plus(a, b):\n",
+    # open-ended
+    "Once upon a time, in a small village by the sea,",
+    "The three most important ideas in computer science are",
+]
+
+
+class TopTwo:
+    """Wraps an engine; remembers the top candidates (ids, logits) of every row read."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.at: dict[int, tuple[list[int], list[float]]] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def _record(self, first_pos, rows):
+        for j, row in enumerate(rows):
+            ids = np.argsort(row)[-8:][::-1]
+            self.at[first_pos + j] = ([int(t) for t in ids], [float(row[t]) for t in ids])
+
+    def decode(self, seq, tokens, n_logits=1):
+        first = len(self.engine.kv_tokens(seq)) + len(tokens) - n_logits
+        rows = self.engine.decode(seq, tokens, n_logits)
+        self._record(first, rows)
+        return rows
+
+    def sync(self, seq, tokens):
+        row = self.engine.sync(seq, tokens)
+        self._record(len(tokens) - 1, [row])
+        return row
+
+
+def greedy(target, prompt, drafter=None, k=0, n=48):
+    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True)
+    for _ in gen:
+        pass
+    return gen
+
+
+def plain_run(target, prompt, n=48):
+    """Plain greedy tokens and the target's top two at each generated position."""
+    rec = TopTwo(target)
+    tokens = greedy(rec, prompt, n=n).tokens
+    return tokens, [rec.at[len(prompt) - 1 + i] for i in range(len(tokens))]
+
+
+def assert_equal_or_near_tie(plain, top2, spec):
+    if plain == spec:
+        return
+    i = next(j for j, (a, b) in enumerate(zip(plain, spec)) if a != b)
+    ids, vals = top2[i]
+    assert ids[0] == plain[i]
+    assert vals[0] - vals[1] < TIE_MARGIN, f"position {i}: top-2 margin {vals[0] - vals[1]:.3f} is no near-tie"
+    assert spec[i] in ids, f"position {i}: speculative token {spec[i]} is not among the target's top candidates"
+    gap = vals[0] - vals[ids.index(spec[i])]
+    assert gap < TIE_MARGIN, f"position {i}: speculative token is {gap:.3f} below the best"
+
+
+def test_batched_rows_differ_only_numerically(target):
+    prompt = target.tokenize(PROMPTS[0])
+    plain = greedy(target, prompt, n=9).tokens
+    alone = []
+    for i in range(9):
+        alone.append(target.sync(0, prompt + plain[:i]).copy())
+    target.truncate(0, len(prompt) - 1)
+    rows = target.decode(0, [prompt[-1]] + plain[:8], 9).copy()
+    diffs = np.abs(rows - np.stack(alone)).max(axis=1)
+    assert diffs[0] == 0.0  # same kernels for the first row
+    assert diffs.max() < TIE_MARGIN
+    assert [int(r.argmax()) for r in rows] == plain
+
+
+@pytest.mark.parametrize("prompt_text", PROMPTS)
+def test_lookup_greedy_equals_plain(target, prompt_text):
+    prompt = target.tokenize(prompt_text)
+    plain, top2 = plain_run(target, prompt)
+    spec = greedy(target, prompt, PromptLookup(), k=8)
+    assert len(spec.tokens) == len(plain)
+    assert_equal_or_near_tie(plain, top2, spec.tokens)
+    assert spec.stats.rounds < len(plain) or spec.stats.drafted == 0
+
+
+@pytest.fixture(scope="module")
+def self_draft(gemma_path):
+    with Engine(gemma_path, n_ctx=1024, n_threads=2) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def q4_draft(draft_path):
+    with Engine(draft_path, n_ctx=1024, n_threads=2) as e:
+        yield e
+
+
+@pytest.mark.parametrize("which", ["self", "q4_0"])
+def test_draft_model_greedy_equals_plain(target, self_draft, q4_draft, which):
+    draft_engine = self_draft if which == "self" else q4_draft
+    prompt = target.tokenize(PROMPTS[1])
+    plain, top2 = plain_run(target, prompt, n=32)
+    drafter = DraftModel(draft_engine, min(target.n_vocab, draft_engine.n_vocab), target.n_vocab)
+    spec = greedy(target, prompt, drafter, k=4, n=32)
+    assert_equal_or_near_tie(plain, top2, spec.tokens)
+    st = spec.stats
+    if which == "self":
+        # The target drafting for itself is accepted except at batch near-ties.
+        assert st.acceptance_rate > 0.85
+    assert st.drafted > 0 and 0 < st.accepted <= st.drafted
+    # The draft's cache holds the accepted context, never a rejected token
+    kv = draft_engine.kv_tokens(0)
+    assert kv == (prompt + spec.tokens)[: len(kv)]
+
+
+def test_sampled_draft_run_is_reproducible_and_varies_with_seed(target, q4_draft):
+    from specgen.sampling import SamplingParams
+
+    prompt = target.tokenize(PROMPTS[2])
+    outs = []
+    for seed in (1, 1, 2):
+        params = SamplingParams(temperature=1.0, seed=seed)
+        drafter = DraftModel(q4_draft, target.n_vocab, target.n_vocab)
+        gen = Generation(target, prompt, drafter, draft_max=3, max_tokens=24, params=params, ignore_eos=True)
+        for _ in gen:
+            pass
+        outs.append(gen.tokens)
+        assert 0 < gen.stats.accepted < gen.stats.drafted
+    assert outs[0] == outs[1]
+    assert outs[0] != outs[2]
+
+
+def test_chunked_prefill_and_cache_reuse(gemma_path):
+    with Engine(gemma_path, n_ctx=1024, n_threads=2, n_batch=16) as e:
+        prompt = e.tokenize(PROMPTS[0] * 2)
+        assert len(prompt) > 40
+        row = e.sync(0, prompt).copy()
+        assert e.n_decodes == -(-len(prompt) // 16)
+        # the same prompt again costs one decode (the last token, for its logits)
+        again = e.sync(0, prompt)
+        assert e.n_decodes == -(-len(prompt) // 16) + 1
+        assert int(again.argmax()) == int(row.argmax())
+        assert e.kv_tokens(0) == prompt
