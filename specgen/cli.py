@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-import click
 import typer
 from typing_extensions import Annotated
 
@@ -143,6 +142,7 @@ def run(
                     status.show(round_status(gen.stats, r, time.perf_counter() - start))
         except KeyboardInterrupt:
             interrupted = True
+            gen.interrupt()
         finally:
             if status:
                 status.stop()
@@ -268,12 +268,15 @@ def main(argv: List[str] | None = None) -> None:
         rc = app(args=argv, standalone_mode=False)
     except SpecgenError as exc:
         _fail(str(exc))
-    except click.exceptions.UsageError as exc:
-        _fail(exc.format_message())
-    except click.exceptions.Abort:
-        _fail("interrupted", 130)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        _fail("interrupted", 130)
+    except typer.TyperException as exc:  # usage errors: bad option values, unknown options
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `specgen`: show help
+            sys.stdout.write(exc.format_message() + "\n")
+            raise SystemExit(0) from None
+        _fail(exc.format_message() if hasattr(exc, "format_message") else str(exc))
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except BrokenPipeError:

@@ -192,14 +192,21 @@ class Generation:
         return kept
 
     def __iter__(self) -> Iterator[Round]:
-        start = time.perf_counter()
+        self._start = start = time.perf_counter()
         try:
             yield from self._run(start)
         except KeyboardInterrupt:
-            self.stats.stop_reason = "interrupted"
+            self.interrupt()
             raise
         finally:
             self.stats.total_s = time.perf_counter() - start
+
+    def interrupt(self) -> None:
+        """Mark the generation as cut short by the caller (e.g. Ctrl-C while printing)."""
+        if not self.stats.stop_reason:
+            self.stats.stop_reason = "interrupted"
+        if hasattr(self, "_start"):
+            self.stats.total_s = time.perf_counter() - self._start
 
     def _run(self, start: float) -> Iterator[Round]:
         st, target, seq = self.stats, self.target, self.seq

@@ -108,10 +108,10 @@ class Engine:
             self.close()
             raise SpecgenError(f"could not create a llama.cpp context of {n_ctx} tokens for {self.path}")
         self.n_ctx = llama.llama_n_ctx(self._ctx)
-        self.n_batch = n_batch
+        self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
         self.n_threads = threads
         self._mem = llama.llama_get_memory(self._ctx)
-        self._batch = llama.llama_batch_init(n_batch, 0, n_seq_max)
+        self._batch = llama.llama_batch_init(self.n_batch, 0, n_seq_max)
         self._seq_ids = [ctypes.c_int32(s) for s in range(n_seq_max)]
         self._kv: list[list[int]] = [[] for _ in range(n_seq_max)]
         self._kv_valid = [True] * n_seq_max

@@ -1,0 +1,137 @@
+"""specgen run / check / models through CliRunner and real subprocesses."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from specgen.cli import app
+
+pytestmark = pytest.mark.model
+COPY_PROMPT = "Repeat exactly: alpha beta gamma delta. alpha beta gamma delta. alpha beta"
+
+
+def specgen(*args, stdin=None, env=None, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "specgen", *args],
+        input=stdin, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(autouse=True)
+def _model_ready(gemma_path):
+    """Assemble the embedded default once, before any subprocess needs it."""
+
+
+def test_run_json_cli_runner():
+    res = CliRunner().invoke(app, ["run", COPY_PROMPT, "-n", "12", "--json", "-c", "512"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)  # the whole of stdout is one JSON object
+    assert obj["mode"] == "lookup" and obj["generated_tokens"] == len(obj["tokens"]) <= 12
+    assert set(obj["timings"]) == {"prefill_s", "ttft_s", "decode_s", "total_s", "tokens_per_s"}
+    spec = obj["spec"]
+    assert spec["rounds"] <= obj["generated_tokens"]
+    assert spec["accepted"] <= spec["drafted"]
+    assert spec["mean_accepted_len"] == pytest.approx(obj["generated_tokens"] / spec["rounds"])
+
+
+def test_run_text_stdout_has_no_stats():
+    res = CliRunner().invoke(app, ["run", COPY_PROMPT, "-n", "12", "--no-spec", "-c", "512"])
+    assert res.exit_code == 0, res.output
+    assert "tok/s" not in res.stdout and "rounds" not in res.stdout
+    assert "tok/s" in res.stderr and "mean accepted length" in res.stderr
+    js = CliRunner().invoke(app, ["run", COPY_PROMPT, "-n", "12", "--no-spec", "-c", "512", "--json"])
+    assert json.loads(js.stdout)["text"] == res.stdout
+    assert json.loads(js.stdout)["spec"]["rounds"] == json.loads(js.stdout)["generated_tokens"]
+
+
+def test_piped_stdin_goes_before_argument():
+    text = "alpha beta gamma delta. alpha beta gamma delta."
+    both = json.loads(specgen("run", "Repeat:", "-n", "4", "--json", "-c", "512", stdin=text).stdout)
+    alone = json.loads(specgen("run", "Repeat:", "-n", "4", "--json", "-c", "512", stdin="").stdout)
+    assert both["prompt_tokens"] > alone["prompt_tokens"] + 8
+    res = specgen("run", "-n", "6", "-c", "512", stdin=COPY_PROMPT)
+    assert res.returncode == 0 and res.stdout.strip()
+    assert "Traceback" not in res.stderr
+
+
+def test_seeded_sampling_is_reproducible():
+    args = ["run", "Once upon a time", "-n", "10", "--temp", "0.9", "--seed", "7", "--json", "-c", "512"]
+    a, b = (json.loads(CliRunner().invoke(app, args).stdout) for _ in range(2))
+    assert a["tokens"] == b["tokens"]
+
+
+def test_ctrl_c_prints_summary_and_exits_130():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specgen", "run", "Count: 1 2 3 4 5", "-n", "4000", "--ignore-eos", "-c", "4096", "--no-spec"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )
+    os.set_blocking(proc.stdout.fileno(), False)
+    deadline = time.time() + 60
+    got = b""
+    while time.time() < deadline and not got:
+        time.sleep(0.2)
+        got = proc.stdout.read() or b""
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert b"interrupted" in err and b"tok/s" in err
+    assert b"Traceback" not in err
+
+
+def _one_line_error(res):
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specgen: error: "), res.stderr
+    assert res.stdout == ""
+    return lines[0]
+
+
+def test_bad_inputs_one_line(tmp_path, gemma_path):
+    notgguf = tmp_path / "x.gguf"
+    notgguf.write_text("hello")
+    trunc = tmp_path / "t.gguf"
+    trunc.write_bytes(gemma_path.read_bytes()[:2_000_000])
+    badtoml = tmp_path / "m.toml"
+    badtoml.write_text("[models.x\npath = 1\n")
+    cases = [
+        (["run", "hi", "-m", str(tmp_path / "missing.gguf")], {}, "not found"),
+        (["run", "hi", "-m", str(notgguf)], {}, "not a GGUF"),
+        (["run", "hi", "-m", str(trunc)], {}, "truncated"),
+        (["run", "hi", "-m", "no-such-model"], {}, "unknown model"),
+        (["run", "hi"], {"SPECGEN_MODELS": str(badtoml)}, "m.toml"),
+        (["run", ""], {}, "empty prompt"),
+        (["run", "word " * 300, "-c", "32"], {}, "context"),
+        (["run", "hi", "-k", "0"], {}, "-k"),
+        (["run", "hi", "--temp", "-1"], {}, "--temp"),
+        (["run", "hi", "--top-p", "0"], {}, "--top-p"),
+        (["run", "hi", "--top-p", "1.5"], {}, "--top-p"),
+        (["run", "hi", "-n", "abc"], {}, "--max-tokens"),
+        (["run", "hi", "-m", "hf:nobody/nothing/x.gguf"], {"HF_HUB_OFFLINE": "1"}, "nobody/nothing"),
+        (["run", "hi", "-d", str(tmp_path / "missing-draft.gguf")], {}, "not found"),
+        (["check", str(gemma_path), str(notgguf)], {}, "not a GGUF"),
+    ]
+    for args, env, needle in cases:
+        line = _one_line_error(specgen(*args, env=env, stdin=""))
+        assert needle in line, (args, line)
+
+
+def test_check_compatible_pair(gemma_path, draft_path):
+    res = specgen("check", str(gemma_path), str(draft_path))
+    assert res.returncode == 0, res.stderr
+    assert "compatible" in res.stderr
+
+
+def test_models_lists_default_as_present():
+    res = CliRunner().invoke(app, ["models", "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    default = [m for m in obj["models"] if m["default"]]
+    assert default and default[0]["present"] is True
+    assert obj["pairs"]
