@@ -243,6 +243,10 @@ def pull(name: Annotated[str, typer.Argument(help="A models.toml model or pair n
     sys.stdout.write(f"{path}\n")
 
 
+from specgen.cli_bench import bench as _bench  # noqa: E402 - the command lives in its own module
+app.command("bench")(_bench)
+
+
 def _version(value: bool) -> None:
     if value:
         sys.stdout.write(f"specgen {__version__}\n")

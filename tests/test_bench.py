@@ -1,0 +1,480 @@
+"""specgen bench: request parsing, configurations, order, statistics, records, the command.
+
+Pure functions are tested without a model; the runner and the command run the
+real Gemma 3 270M with a handful of tokens per request.
+"""
+
+import json
+import math
+from statistics import median
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from specgen import bench as B
+from specgen.errors import SpecgenError
+
+
+def error_of(fn, *args, **kw) -> str:
+    with pytest.raises(SpecgenError) as e:
+        fn(*args, **kw)
+    return str(e.value)
+
+
+# =========================================================== requests
+
+
+def test_bundled_set_covers_the_categories():
+    reqs = B.load_requests(None)
+    assert len(reqs) >= 24
+    cats = {r.category for r in reqs}
+    assert {"code-edit", "grounded-qa", "summarize", "reformat", "transform", "continuation"} <= cats
+    assert len({r.id for r in reqs}) == len(reqs)
+    assert all(r.prompt and r.prompt.strip() for r in reqs)
+
+
+def test_jsonl_fields_and_defaults():
+    text = (
+        '{"prompt": "a"}\n'
+        "\n"
+        '{"id": 7, "prompt": "b", "category": "qa", "max_tokens": 5, "temperature": 0.7, "seed": 3}\n'
+        '{"messages": [{"role": "user", "content": "hi"}]}\n'
+    )
+    a, b, c = B.parse_requests(text, "r.jsonl")
+    assert (a.id, a.category, a.max_tokens, a.temperature, a.seed, a.line) == ("line1", "general", None, None, None, 1)
+    assert (b.id, b.category, b.max_tokens, b.temperature, b.seed) == ("7", "qa", 5, 0.7, 3)
+    assert c.messages == (("user", "hi"),) and c.prompt is None
+
+
+def test_plain_text_one_prompt_a_line():
+    reqs = B.parse_requests("first prompt\n\nsecond {prompt}\n", "p.txt")
+    assert [(r.id, r.prompt) for r in reqs] == [("line1", "first prompt"), ("line3", "second {prompt}")]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"prompt": "ok"}\n{"prompt": "x",}\n', "r.jsonl:2: invalid JSON"),
+        ('{"prompt": "ok"}\n\n{"id": "b"}\n', "r.jsonl:3: missing 'prompt'"),
+        ('["a list"]\n', "r.jsonl:1: expected a JSON object, got list"),
+        ('{"prompt": ""}\n', "r.jsonl:1: 'prompt' must be a non-empty string"),
+        ('{"prompt": "a", "max_token": 5}\n', "r.jsonl:1: unknown key(s) max_token"),
+        ('{"prompt": "a", "max_tokens": 0}\n', "r.jsonl:1: 'max_tokens' must be an integer >= 1"),
+        ('{"prompt": "a", "max_tokens": true}\n', "r.jsonl:1: 'max_tokens' must be an integer >= 1"),
+        ('{"prompt": "a", "temperature": -1}\n', "r.jsonl:1: 'temperature' must be a number >= 0"),
+        ('{"prompt": "a", "seed": 1.5}\n', "r.jsonl:1: 'seed' must be an integer >= 0"),
+        ('{"prompt": "a", "messages": []}\n', "r.jsonl:1: give 'prompt' or 'messages', not both"),
+        ('{"messages": [{"role": "user"}]}\n', "r.jsonl:1: messages[0] needs string 'role' and 'content'"),
+        ('{"id": "x", "prompt": "a"}\n{"id": "x", "prompt": "b"}\n', "r.jsonl:2: duplicate id 'x' (first on line 1)"),
+        ("", "no requests in r.jsonl (empty file)"),
+        ("\n  \n", "no requests in r.jsonl (empty file)"),
+    ],
+)
+def test_malformed_requests_name_the_line(text, message):
+    assert error_of(B.parse_requests, text, "r.jsonl", jsonl=True).startswith(message)
+
+
+def test_request_file_errors(tmp_path):
+    assert error_of(B.load_requests, tmp_path / "nope.jsonl") == f"request file not found: {tmp_path / 'nope.jsonl'}"
+    assert "is a directory" in error_of(B.load_requests, tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"prompt": "\xff"}\n')
+    assert "not UTF-8" in error_of(B.load_requests, bad)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert error_of(B.load_requests, empty) == f"no requests in {empty} (empty file)"
+
+
+class _TemplateEngine:
+    path = __import__("pathlib").Path("chat.gguf")
+
+    def __init__(self, template):
+        self.template = template
+
+    def chat_template(self):
+        return self.template
+
+
+def test_messages_go_through_the_models_chat_template():
+    chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    text = B.apply_chat_template(_TemplateEngine(chatml), (("system", "be brief"), ("user", "hi")))
+    assert text == "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert "has no chat template" in error_of(B.apply_chat_template, _TemplateEngine(None), (("user", "hi"),))
+
+
+# =========================================================== configurations
+
+
+@pytest.mark.parametrize(
+    "text, kind, k, extra, name",
+    [
+        ("lookup", "lookup", 8, {}, "lookup:k=8"),
+        ("lookup:k=16", "lookup", 16, {}, "lookup:k=16"),
+        ("lookup:k=16,ngram=4", "lookup", 16, {"ngram_max": 4}, "lookup:k=16,ngram=4"),
+        ("lookup:ngram=2,ngram_min=2", "lookup", 8, {"ngram_max": 2, "ngram_min": 2}, "lookup:k=8,ngram=2,ngram_min=2"),
+        ("draft=/m/draft.gguf:k=4", "draft", 4, {"draft": "/m/draft.gguf"}, "draft=/m/draft.gguf:k=4"),
+        ("draft=qwen3-0.6b", "draft", 4, {"draft": "qwen3-0.6b"}, "draft=qwen3-0.6b:k=4"),
+        ("draft=hf:Org/Repo/f.gguf", "draft", 4, {"draft": "hf:Org/Repo/f.gguf"}, "draft=hf:Org/Repo/f.gguf:k=4"),
+        ("draft=hf:Org/Repo/f.gguf@abc:k=2", "draft", 2, {"draft": "hf:Org/Repo/f.gguf@abc"}, "draft=hf:Org/Repo/f.gguf@abc:k=2"),
+        ("pair=gemma3-1b", "pair", None, {"pair": "gemma3-1b"}, "pair=gemma3-1b"),
+        ("pair=gemma3-1b:k=3", "pair", 3, {"pair": "gemma3-1b"}, "pair=gemma3-1b:k=3"),
+    ],
+)
+def test_config_syntax(text, kind, k, extra, name):
+    c = B.parse_config(text)
+    assert (c.kind, c.k) == (kind, k)
+    for key, value in extra.items():
+        assert getattr(c, key) == value
+    assert c.name == name
+    if k is not None:
+        assert B.parse_config(c.name) == c  # the canonical name parses back
+
+
+def test_config_label_shortens_paths():
+    assert B.parse_config("draft=/models/x/draft-q4_0.gguf:k=4").label == "draft=draft-q4_0.gguf:k=4"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("lookahead", "unknown --config 'lookahead' (expected lookup"),
+        ("lookup:k=0", "--config lookup:k=0: k must be in 1..128"),
+        ("lookup:k=x", "--config lookup:k=x: k must be an integer"),
+        ("lookup:x=1", "--config lookup:x=1: unknown option 'x=1'"),
+        ("lookup:k=4,k=5", "--config lookup:k=4,k=5: k given twice"),
+        ("lookup:ngram=2,ngram_min=3", "--config lookup:ngram=2,ngram_min=3: need ngram_min <= ngram"),
+        ("draft=", "--config draft=: draft= needs a model"),
+        ("draft=m.gguf:ngram=3", "--config draft=m.gguf:ngram=3: unknown option 'ngram=3'"),
+        ("plain", "--config plain: plain decoding is always measured"),
+        ("", "unknown --config ''"),
+    ],
+)
+def test_config_errors(text, message):
+    assert error_of(B.parse_config, text).startswith(message)
+
+
+def test_configs_default_and_duplicates():
+    assert [c.name for c in B.parse_configs(None)] == ["lookup:k=8"]
+    assert [c.name for c in B.parse_configs(["lookup:k=4", "lookup:k=16"])] == ["lookup:k=4", "lookup:k=16"]
+    assert error_of(B.parse_configs, ["lookup", "lookup:k=8"]) == "--config lookup:k=8 given twice"
+
+
+# =========================================================== order, statistics
+
+
+def test_order_alternates_across_repeats():
+    assert B.run_order(2, 4) == [[0, 1], [1, 0], [0, 1], [1, 0]]
+    flat = [("plain", "spec")[i] for rep in B.run_order(2, 2) for i in rep]
+    assert flat == ["plain", "spec", "spec", "plain"]
+    assert B.run_order(3, 2) == [[0, 1, 2], [2, 1, 0]]
+
+
+def test_order_continues_across_requests():
+    assert B.run_order(2, 1, offset=0) == [[0, 1]]
+    assert B.run_order(2, 1, offset=1) == [[1, 0]]
+    assert B.run_order(2, 2, offset=1) == [[1, 0], [0, 1]]
+
+
+def test_order_needs_a_repeat():
+    assert error_of(B.run_order, 2, 0) == "--repeats must be >= 1 (got 0)"
+    assert error_of(B.Settings(repeats=0).validate) == "--repeats must be >= 1 (got 0)"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bootstrap_interval_contains_the_estimate(seed):
+    x = np.exp(np.random.default_rng(seed).normal(0.1, 0.4, size=int(5 + 7 * seed)))
+    lo, hi = B.bootstrap_ci(x, "median")
+    assert lo <= float(np.median(x)) <= hi and lo < hi
+    lo, hi = B.bootstrap_ci(x, "geomean")
+    assert lo <= B.geomean(x) <= hi and lo < hi
+    assert B.bootstrap_ci(x, "median") == B.bootstrap_ci(x, "median")  # fixed seed
+
+
+def test_bootstrap_of_one_value():
+    assert B.bootstrap_ci([1.3], "geomean") == (1.3, 1.3)
+
+
+def test_leviathan_expected_tokens():
+    assert B.expected_tokens_per_round(0.0, 4) == 1.0
+    assert B.expected_tokens_per_round(1.0, 4) == 5.0
+    assert B.expected_tokens_per_round(0.5, 2) == pytest.approx(1.75)
+    assert B.expected_tokens_per_round(0.8, 0) == 1.0
+    # cost 1 step plain; 4 draft steps at 0.1 and a verify at 2 steps → (1.75 ... )
+    assert B.predicted_speedup(0.5, 2, 1.0, 0.2, 1.5) == pytest.approx(1.75 / 1.7)
+
+
+def test_first_difference():
+    assert B.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert B.first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert B.first_difference([1, 2], [1, 2, 3]) == 2
+
+
+# =========================================================== summaries (synthetic records)
+
+
+def _run(config, total, generated=10, drafted=0, accepted=0, k=0, verify=None):
+    return {
+        "config": config, "draft_max": k, "generated_tokens": generated, "total_s": total, "decode_s": total * 0.9,
+        "rounds": generated - accepted, "drafted": drafted, "accepted": accepted, "k_hist": {},
+        "matches_plain": None if config == "plain" else True,
+        "verify_by_k": verify or {"0": [generated - 1, total * 0.9]},
+        "draft_steady": {"rounds": 4, "drafted": drafted, "s": 0.004}, "draft_kind": "lookup" if k else "none",
+    }
+
+
+def _record(rid, cat, plain, spec):
+    return {
+        "id": rid, "category": cat,
+        "runs": [_run("plain", plain), _run("lookup:k=4", spec, drafted=8, accepted=4, k=4, verify={"4": [4, spec * 0.5], "0": [1, 0.1]})],
+        "speedup": {"lookup:k=4": plain / spec}, "latency_change_ms": {"lookup:k=4": 1000 * (spec - plain)},
+    }
+
+
+def test_summary_per_category_and_overall():
+    recs = [_record("a", "x", 1.0, 0.5), _record("b", "x", 1.0, 2.0), _record("c", "y", 1.0, 0.8)]
+    s = B.summarize(recs, ["plain", "lookup:k=4"])["lookup:k=4"]
+    assert s["overall"]["requests"] == 3
+    assert s["overall"]["median_speedup"] == pytest.approx(1.25)
+    assert s["overall"]["geomean_speedup"] == pytest.approx((2.0 * 0.5 * 1.25) ** (1 / 3))
+    assert s["overall"]["slower_share"] == pytest.approx(1 / 3)
+    assert s["categories"]["x"]["requests"] == 2 and s["categories"]["y"]["median_speedup"] == pytest.approx(1.25)
+    assert s["overall"]["throughput"]["plain_tokens_per_s"] == pytest.approx(30 / 3.0)
+    assert s["overall"]["acceptance_rate"] == pytest.approx(0.5)
+    assert s["overall"]["matches_plain"] == {"equal": 3, "compared": 3}
+    p = s["overall"]["prediction"]
+    assert p["alpha"] == pytest.approx(0.5) and p["k"] == 4
+    assert p["speedup"] == pytest.approx(B.predicted_speedup(0.5, 4, p["t_plain_step_ms"] / 1000, 0.001, p["t_verify_ms"] / 1000))
+
+
+# =========================================================== record file
+
+
+def test_record_file_refuses_to_overwrite_and_checks_settings(tmp_path):
+    out = tmp_path / "r.jsonl"
+    f = B.RecordFile(out, {"model": "m", "configs": ["plain", "lookup:k=8"]}, resume=False)
+    f.append({"type": "request", "id": "a"})
+    f.close()
+    assert "already holds records: use --resume" in error_of(B.RecordFile, out, {"model": "m"}, resume=False)
+    msg = error_of(B.RecordFile, out, {"model": "m", "configs": ["plain", "lookup:k=4"]}, resume=True)
+    assert msg.startswith(f"--resume: {out} was recorded with configs")
+    g = B.RecordFile(out, {"model": "m", "configs": ["plain", "lookup:k=8"]}, resume=True)
+    assert g.done_ids() == {"a"}
+    g.close()
+
+
+def test_record_file_drops_a_torn_last_line(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"type": "meta"}\n{"type": "request", "id": "a"}\n{"type": "request", "id": "b", "ru')
+    f = B.RecordFile(out, {}, resume=True)
+    f.append({"type": "request", "id": "c"})
+    f.close()
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x.get("id") for x in lines] == [None, "a", "c"]
+
+
+def test_record_file_unwritable(tmp_path):
+    assert error_of(B.RecordFile, tmp_path, {}, resume=False) == f"cannot write --out {tmp_path}: it is a directory"
+    assert "No such file or directory" in error_of(B.RecordFile, tmp_path / "no" / "r.jsonl", {}, resume=False)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "meta"}\nnot json\n')
+    assert error_of(B.RecordFile, bad, {}, resume=True) == f"{bad}:2: not a bench record (invalid JSON)"
+
+
+class _StubTarget:
+    n_ctx = 64
+
+    def tokenize(self, text):
+        return list(range(len(text.split())))
+
+
+def test_prepare_refuses_a_request_that_cannot_fit():
+    setup = B.Setup(_StubTarget(), None, [B.PLAIN, B.parse_config("lookup:k=8")], {})
+    runner = B.Runner(setup, B.Settings(max_tokens=40))
+    reqs = [B.Request("ok", "a b c"), B.Request("long", " ".join(["w"] * 30), line=2)]
+    assert error_of(runner.prepare, reqs) == (
+        "request 'long' (line 2): 30 prompt + 40 generated tokens do not fit a context of 64 (raise -c/--ctx-size)"
+    )
+
+
+# =========================================================== the real model
+
+REQS = [
+    B.Request("copy", "Repeat the list exactly.\nList: red, green, blue, red, green, blue.\nRepeat: red, green,", category="copy", line=1),
+    B.Request("story", "Once upon a time", category="open", line=2),
+]
+N = 6
+
+
+@pytest.fixture(scope="module")
+def setup():
+    s = B.open_bench(None, [B.parse_config("lookup:k=4")], ctx_size=512)
+    yield s
+    s.close()
+
+
+RUN_FIELDS = {
+    "config", "repeat", "slot", "prompt_tokens", "generated_tokens", "ttft_s", "decode_s", "total_s", "tokens_per_s",
+    "rounds", "drafted", "accepted", "acceptance_rate", "mean_accepted_len", "per_position", "k_hist", "stop_reason",
+    "matches_plain", "first_diff", "tokens", "verify_by_k", "draft_steady", "draft_s",
+}
+
+
+@pytest.mark.model
+def test_records_have_every_field_and_speedup_is_the_latency_ratio(setup):
+    runner = B.Runner(setup, B.Settings(max_tokens=N, repeats=2, ignore_eos=True, warmup=False))
+    records = []
+    runner.run(runner.prepare(REQS), records.append)
+    assert [r["id"] for r in records] == ["copy", "story"]
+    for i, r in enumerate(records):
+        assert {"id", "category", "prompt_tokens", "runs", "speedup", "latency_change_ms"} <= set(r)
+        assert len(r["runs"]) == 4
+        for x in r["runs"]:
+            assert RUN_FIELDS <= set(x), RUN_FIELDS - set(x)
+            assert x["generated_tokens"] == N and x["stop_reason"] == "max_tokens"
+            assert x["total_s"] >= x["ttft_s"] > 0
+            assert x["decode_s"] == pytest.approx(x["total_s"] - x["ttft_s"])
+        spec = [x for x in r["runs"] if x["config"] == "lookup:k=4"]
+        assert all(isinstance(x["matches_plain"], bool) for x in spec)
+        # alternating order: request 0 runs plain, spec | spec, plain; request 1 spec, plain | plain, spec
+        order = [x["config"][0] for x in r["runs"]]
+        assert order == (["p", "l", "l", "p"] if i == 0 else ["l", "p", "p", "l"])
+        assert [(x["repeat"], x["slot"]) for x in r["runs"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        plain_lat = median(x["total_s"] for x in r["runs"] if x["config"] == "plain")
+        spec_lat = median(x["total_s"] for x in spec)
+        assert r["speedup"]["lookup:k=4"] == pytest.approx(plain_lat / spec_lat, rel=1e-12)
+        assert r["latency_change_ms"]["lookup:k=4"] == pytest.approx(1000 * (spec_lat - plain_lat), rel=1e-9)
+    copy_spec = [x for x in records[0]["runs"] if x["config"] == "lookup:k=4"]
+    assert sum(x["drafted"] for x in copy_spec) > 0  # the list repeats: lookup has something to copy
+    t = runner.timing.to_dict()
+    assert t["runs"] == 8 and t["generation_s"] <= t["measured_s"]
+    assert t["overhead_share"] < 0.1  # the real bound (2%) is measured in the full bench, not asserted here
+
+
+@pytest.mark.model
+def test_resume_after_interrupt_skips_finished_requests_and_loses_none(setup, tmp_path):
+    out = tmp_path / "r.jsonl"
+    meta = {"model": str(setup.target_path), "configs": ["plain", "lookup:k=4"]}
+    runner = B.Runner(setup, B.Settings(max_tokens=4, warmup=False))
+    prepared = runner.prepare(REQS)
+
+    def interrupt(record):
+        raise KeyboardInterrupt
+
+    f = B.RecordFile(out, meta, resume=False)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(prepared, f.append, on_request=interrupt)
+    f.close()
+    f = B.RecordFile(out, meta, resume=True)
+    assert f.done_ids() == {"copy"}
+    ran = []
+    pending = [p for p in prepared if p.req.id not in f.done_ids()]
+    runner.run(pending, f.append, on_run=lambda done, total, p, c: ran.append(p.req.id))
+    f.close()
+    assert set(ran) == {"story"}
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["type"] for x in lines] == ["meta", "request", "request"]
+    assert [x["id"] for x in lines[1:]] == ["copy", "story"]
+
+
+@pytest.mark.model
+def test_messages_need_a_chat_template(setup):
+    if setup.target.chat_template():
+        pytest.skip("this build of the model has a chat template")
+    runner = B.Runner(setup, B.Settings())
+    assert "has no chat template" in error_of(runner.prepare, [B.Request("m", messages=(("user", "hi"),))])
+
+
+# =========================================================== the command
+
+runner = CliRunner()
+
+
+def _reqs(tmp_path):
+    p = tmp_path / "reqs.jsonl"
+    p.write_text("".join(json.dumps({"id": r.id, "category": r.category, "prompt": r.prompt}) + "\n" for r in REQS))
+    return p
+
+
+@pytest.mark.model
+def test_cli_json_summary_records_and_csv(tmp_path):
+    from specgen.cli import app
+
+    out, csv_path = tmp_path / "r.jsonl", tmp_path / "r.csv"
+    args = ["bench", str(_reqs(tmp_path)), "-n", "4", "--no-warmup", "-C", "lookup:k=4", "-c", "512",
+            "--out", str(out), "--csv", str(csv_path), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    obj = json.loads(result.stdout)
+    assert obj["configs"] == ["plain", "lookup:k=4"]
+    assert obj["requests"] == {"total": 2, "recorded": 2, "this_run": 2}
+    overall = obj["summary"]["lookup:k=4"]["overall"]
+    assert overall["requests"] == 2 and overall["median_ci95"][0] <= overall["median_speedup"] <= overall["median_ci95"][1]
+    assert set(obj["summary"]["lookup:k=4"]["categories"]) == {"copy", "open"}
+    assert {"overhead_s", "overhead_share", "generation_s", "measured_s"} <= set(obj["overhead"])
+    assert "per request" in result.stderr and "plain vs lookup:k=4" in result.stderr
+    assert len(out.read_text().splitlines()) == 3
+    assert len(csv_path.read_text().splitlines()) == 1 + 2 * 2
+    # resume with everything recorded: nothing runs, the summary still covers both
+    result = runner.invoke(app, args[:-3] + ["--resume", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["requests"] == {"total": 2, "recorded": 2, "this_run": 0}
+
+
+@pytest.mark.model
+def test_cli_ctrl_c_keeps_finished_requests(tmp_path, monkeypatch):
+    from specgen.cli import app
+
+    real = B.Runner.run_one
+    calls = []
+
+    def run_one(self, p, config, max_tokens=None):
+        calls.append(p.req.id)
+        if len(calls) == 3:  # first run of the second request
+            raise KeyboardInterrupt
+        return real(self, p, config, max_tokens)
+
+    monkeypatch.setattr(B.Runner, "run_one", run_one)
+    out = tmp_path / "r.jsonl"
+    result = runner.invoke(app, ["bench", str(_reqs(tmp_path)), "-n", "3", "--no-warmup", "-c", "512", "--out", str(out)])
+    assert result.exit_code == 130
+    assert "interrupted: 1 requests recorded" in result.stderr
+    assert [json.loads(x).get("id") for x in out.read_text().splitlines()] == [None, "copy"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--repeats", "0"], "specgen: error: --repeats must be >= 1 (got 0)"),
+        (["-C", "lookahead"], "specgen: error: unknown --config 'lookahead'"),
+        (["--resume"], "specgen: error: --resume needs --out"),
+        (["BAD"], "specgen: error: BAD:2: invalid JSON"),
+        (["EMPTY"], "specgen: error: no requests in EMPTY (empty file)"),
+        (["--out", "/nonexistent-dir/r.jsonl"], "specgen: error: cannot write --out /nonexistent-dir/r.jsonl: no directory"),
+    ],
+)
+def test_cli_bad_input_is_one_line(tmp_path, capsys, args, message):
+    from specgen.cli import main
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a"}\n{"prompt": \n')
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    subst = {"BAD": str(bad), "EMPTY": str(empty)}
+    args = [subst.get(a, a) for a in args]
+    message = message.replace("BAD", str(bad)).replace("EMPTY", str(empty))
+    with pytest.raises(SystemExit) as e:
+        main(["bench", *args])
+    assert e.value.code != 0
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_csv_rows_are_flat():
+    rec = _record("a", "x", 1.0, 0.5)
+    for x in rec["runs"]:
+        x.update({"repeat": 0, "slot": 0, "per_position": [1.0, 0.5], "k_hist": {"4": 2}})
+    rows = list(B.csv_rows([rec]))
+    assert [r["config"] for r in rows] == ["plain", "lookup:k=4"]
+    assert rows[1]["per_position"] == "1.0000 0.5000" and rows[1]["request_speedup"] == 2.0
+    assert math.isclose(rows[1]["request_latency_change_ms"], -500.0)
