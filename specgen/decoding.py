@@ -19,6 +19,7 @@ import numpy as np
 from specgen.acceptance import accept_greedy, accept_sampled
 from specgen.drafters import Draft, Drafter
 from specgen.errors import SpecgenError
+from specgen.policy import FixedK
 from specgen.sampling import SamplingParams, probs, sample
 
 
@@ -145,6 +146,7 @@ class Generation:
         params: SamplingParams = SamplingParams(),
         ignore_eos: bool = False,
         seq: int = 0,
+        policy=None,
     ) -> None:
         if not prompt:
             raise SpecgenError("empty prompt")
@@ -162,6 +164,7 @@ class Generation:
         self.params = params
         self.ignore_eos = ignore_eos
         self.seq = seq
+        self.policy = policy or FixedK()
         self.tokens: list[int] = []
         self.stats = Stats(prompt_tokens=len(prompt))
         self.rng = np.random.default_rng(params.seed)
@@ -225,11 +228,19 @@ class Generation:
             if base + 1 > target.n_ctx:
                 st.stop_reason = "context_full"
                 break
-            k = min(self.draft_max, self.max_tokens - len(self.tokens) - 1, target.n_ctx - base - 1)
+            limit = min(self.draft_max, self.max_tokens - len(self.tokens) - 1, target.n_ctx - base - 1)
             t0 = time.perf_counter()
-            draft = self.drafter.propose(context, k, self.params, self.rng) if k > 0 else Draft()
+            draft = Draft()
+            if limit > 0:
+                if self.drafter.free:  # see the proposal (and its key) before choosing k
+                    draft = self.drafter.propose(context, limit, self.params, self.rng)
+                    draft = draft.cut(self.policy.choose(draft.key, min(len(draft.tokens), limit)))
+                else:
+                    k = self.policy.choose(0, limit)
+                    if k:
+                        draft = self.drafter.propose(context, k, self.params, self.rng).cut(k)
             t1 = time.perf_counter()
-            d = draft.tokens[:k]
+            d = draft.tokens
             rows = target.decode(seq, [context[-1], *d], len(d) + 1)
             if self.params.greedy:
                 n_acc, nxt = accept_greedy(d, _LazyRows(rows, _argmax))
@@ -241,6 +252,7 @@ class Generation:
             emitted = self._emit(d[:n_acc] + [nxt])
             context.extend(emitted)
             t2 = time.perf_counter()
+            self.policy.update(draft.key, len(d), n_acc, t2 - t1, t1 - t0)
             r = Round(emitted, len(d), n_acc, t1 - t0, t2 - t1)
             st.add(r)
             yield r

@@ -24,10 +24,15 @@ from specgen.sampling import SamplingParams, probs, sample
 class Draft:
     tokens: list[int] = field(default_factory=list)
     q: list[np.ndarray] | None = None
+    key: int = 0  # groups rounds of alike acceptance for a policy (lookup: match length)
+
+    def cut(self, k: int) -> "Draft":
+        return Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.key)
 
 
 class Drafter(Protocol):
     name: str
+    free: bool  # proposing costs (next to) nothing: draft first, then choose k
 
     def propose(
         self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
@@ -66,6 +71,7 @@ class PromptLookup:
     """
 
     name = "lookup"
+    free = True
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
         if not 1 <= ngram_min <= ngram_max:
@@ -103,7 +109,7 @@ class PromptLookup:
             end = self._index.get(tuple(toks[size - n :]))
             if end is not None:
                 self.last_match = n
-                return Draft(toks[end : end + k])
+                return Draft(toks[end : end + k], key=n)
         return Draft()
 
 
@@ -120,12 +126,14 @@ class DraftModel:
     """
 
     name = "draft"
+    free = False
 
-    def __init__(self, engine, n_shared: int, n_target_vocab: int, seq: int = 0) -> None:
+    def __init__(self, engine, n_shared: int, n_target_vocab: int, seq: int = 0, p_min: float = 0.0) -> None:
         self.engine = engine
         self.n_shared = n_shared  # ids both vocabularies have; rows are cut to it
         self.n_target_vocab = n_target_vocab  # q is padded to the target's p
         self.seq = seq
+        self.p_min = p_min  # stop drafting once the draft's top probability falls below this
         self.steps = 0  # draft-model forward passes, for cost accounting
 
     def begin(self) -> None:
@@ -140,6 +148,8 @@ class DraftModel:
         qs: list[np.ndarray] | None = None if params.greedy else []
         for i in range(k):
             logits = row[: self.n_shared]
+            if self.p_min > 0.0 and i > 0 and _top_prob(logits) < self.p_min:
+                break
             if qs is None:
                 tok = int(np.argmax(logits))
             else:
@@ -152,3 +162,9 @@ class DraftModel:
                 row = self.engine.decode(self.seq, [tok], 1)[0]
                 self.steps += 1
         return Draft(tokens, qs)
+
+
+def _top_prob(logits: np.ndarray) -> float:
+    """Probability of the most likely token under plain softmax."""
+    m = float(logits.max())
+    return 1.0 / float(np.exp(logits - m, dtype=np.float32).sum())

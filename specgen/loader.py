@@ -30,6 +30,8 @@ class ModelOptions:
     ngram_max: int = 3
     ngram_min: int = 1
     n_seq: int = 1
+    adaptive: str | None = None  # cost | heuristic | fixed; None: cost, or fixed when -k is given
+    p_min: float = 0.0
 
     def validate(self) -> None:
         chosen = [name for name, on in (("-d/--draft", self.draft), ("--lookup", self.lookup), ("--no-spec", self.no_spec)) if on]
@@ -43,6 +45,16 @@ class ModelOptions:
             raise SpecgenError(f"-t/--threads must be >= 1 (got {self.threads})")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise SpecgenError("n-gram sizes need 1 <= --ngram-min <= --ngram-max")
+        if self.adaptive is not None and self.adaptive not in POLICIES:
+            raise SpecgenError(f"unknown --adaptive policy '{self.adaptive}' (choose {', '.join(POLICIES)})")
+        if not 0.0 <= self.p_min < 1.0:
+            raise SpecgenError(f"--p-min must be in [0, 1) (got {self.p_min})")
+
+    @property
+    def policy_name(self) -> str:
+        if self.adaptive:
+            return self.adaptive
+        return "fixed" if self.draft_max is not None else "cost"
 
 
 @dataclass
@@ -54,6 +66,11 @@ class Loaded:
     target_path: Path
     draft_path: Path | None = None
     draft_engine: Engine | None = None
+    policy_name: str = "fixed"
+
+    def new_policy(self):
+        """A fresh policy for one generation (its estimates start from the priors)."""
+        return make_policy(self.policy_name, self.draft_max, self.target, self.draft_engine)
 
     def close(self) -> None:
         if self.draft_engine is not None:
@@ -61,7 +78,24 @@ class Loaded:
         self.target.close()
 
 
+# Fixed k (-k without --adaptive) defaults, and the ceiling adaptive policies may reach.
 DEFAULT_DRAFT_MAX = {"lookup": 8, "draft": 4, "plain": 0}
+ADAPTIVE_K_MAX = {"lookup": 16, "draft": 8, "plain": 0}
+POLICIES = ("cost", "heuristic", "fixed")
+
+
+def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None):
+    from specgen import policy
+
+    if name == "fixed" or k_max == 0:
+        return policy.FixedK()
+    if name == "heuristic":
+        return policy.Heuristic(k_max)
+    from specgen.costs import cost_profile
+
+    verify = cost_profile(target)["verify_s"]
+    step = cost_profile(draft_engine)["verify_s"][1] if draft_engine is not None else 0.0
+    return policy.CostAware(k_max, verify, step)
 
 
 def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Loaded:
@@ -77,7 +111,9 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
     target_path = registry.resolve_model(model_ref, catalog)
     draft_path = registry.resolve_model(draft_ref, catalog) if draft_ref else None
     mode = "plain" if opts.no_spec else "draft" if draft_path else "lookup"
-    k = 0 if mode == "plain" else (draft_max or DEFAULT_DRAFT_MAX[mode])
+    policy_name = "fixed" if mode == "plain" else opts.policy_name
+    default_k = DEFAULT_DRAFT_MAX if policy_name == "fixed" else ADAPTIVE_K_MAX
+    k = 0 if mode == "plain" else (draft_max or default_k[mode])
 
     kw = dict(n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=opts.n_seq)
     target = Engine(target_path, n_ctx=opts.ctx_size, **kw)
@@ -89,7 +125,7 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
 
             draft_engine = Engine(draft_path, n_ctx=opts.ctx_size, **kw)
             require_compatible(target, draft_engine)
-            drafter = DraftModel(draft_engine, n_shared(target, draft_engine), target.n_vocab)
+            drafter = DraftModel(draft_engine, n_shared(target, draft_engine), target.n_vocab, p_min=opts.p_min)
         elif mode == "lookup":
             drafter = PromptLookup(opts.ngram_max, opts.ngram_min)
     except BaseException:
@@ -97,4 +133,4 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
             draft_engine.close()
         target.close()
         raise
-    return Loaded(target, drafter, mode, k, target_path, draft_path, draft_engine)
+    return Loaded(target, drafter, mode, k, target_path, draft_path, draft_engine, policy_name)

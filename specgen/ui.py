@@ -115,13 +115,13 @@ def round_status(st: Stats, r: Round, elapsed: float) -> str:
     )
 
 
-def summary_table(st: Stats, mode: str, draft_max: int) -> Table:
+def summary_table(st: Stats, mode: str, draft_max: int, policy: str = "fixed") -> Table:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
     pos = " ".join(f"{100 * a:.0f}%" for a in st.per_position) or "-"
     rows = [
-        ("mode", f"{mode}" + (f" (k = {draft_max})" if mode != "plain" else "")),
+        ("mode", mode + ("" if mode == "plain" else f" (k = {draft_max})" if policy == "fixed" else f" ({policy} policy, k <= {draft_max})")),
         ("tokens", f"{st.generated} generated, {st.prompt_tokens} prompt ({st.stop_reason or 'running'})"),
         ("time", f"{st.total_s:.2f} s total, {1000 * st.prefill_s:.0f} ms to first token"),
         ("speed", f"{st.tokens_per_s:.1f} tok/s decode"),
@@ -130,6 +130,8 @@ def summary_table(st: Stats, mode: str, draft_max: int) -> Table:
         ("mean accepted length", f"{st.mean_accepted_len:.2f} tokens/round"),
         ("per position", pos),
     ]
+    if mode != "plain" and policy != "fixed":
+        rows.append(("k chosen", " ".join(f"{k}:{n}" for k, n in sorted(st.k_chosen.items()))))
     for k, v in rows:
         t.add_row(k, v)
     return t

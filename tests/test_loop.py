@@ -14,6 +14,7 @@ class ScriptedDrafter:
     """Proposes tokens from a script: a list per round (cut to k)."""
 
     name = "scripted"
+    free = True
 
     def __init__(self, rounds):
         self.rounds = list(rounds)

@@ -1,0 +1,149 @@
+"""Draft-length policies: how many drafted tokens to verify this round (0 … k_max).
+
+Pure bookkeeping, no model calls. A policy sees each round's outcome through
+`update` and answers `choose(key, limit)`. `key` groups rounds whose
+acceptance behaves alike: for prompt lookup the length of the n-gram match
+(a 3-gram match is accepted far more often than a 1-gram one), for a draft
+model always 0.
+
+- FixedK: always the limit (what `-k/--draft-max` means without --adaptive).
+- Heuristic: transformers' schedule, k += 2 after a fully accepted round,
+  k -= 1 otherwise.
+- CostAware: estimates the acceptance probability at each draft position
+  (per key) and the cost of verifying n rows, and picks the k that maximises
+  expected tokens per second, k = 0 (a plain step) included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class FixedK:
+    name = "fixed"
+
+    def choose(self, key: int, limit: int) -> int:
+        return limit
+
+    def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
+        pass
+
+
+class Heuristic:
+    name = "heuristic"
+
+    def __init__(self, k_max: int, k_start: int = 4) -> None:
+        self.k_max = k_max
+        self.k = min(k_start, k_max)
+
+    def choose(self, key: int, limit: int) -> int:
+        return min(self.k, limit)
+
+    def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
+        if k == 0:
+            return
+        self.k = min(self.k + 2, self.k_max) if accepted == k else max(self.k - 1, 1)
+
+
+@dataclass
+class _Acceptance:
+    """Decayed counts of 'reached position i' and 'accepted at position i'."""
+
+    prior: float
+    reached: list[float] = field(default_factory=list)
+    accepted: list[float] = field(default_factory=list)
+
+    def rates(self, k: int, strength: float = 2.0) -> list[float]:
+        """α_0 … α_{k-1}. Each position's prior is the estimate of the one
+        before it, so evidence at early positions speaks for unseen later ones."""
+        out, prior = [], self.prior
+        for i in range(k):
+            r = self.reached[i] if i < len(self.reached) else 0.0
+            a = self.accepted[i] if i < len(self.accepted) else 0.0
+            prior = (a + strength * prior) / (r + strength)
+            out.append(prior)
+        return out
+
+    def add(self, k: int, accepted: int, decay: float) -> None:
+        while len(self.reached) < k:
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        for i in range(len(self.reached)):
+            self.reached[i] *= decay
+            self.accepted[i] *= decay
+        for i in range(min(accepted + 1, k)):  # positions the rule looked at
+            self.reached[i] += 1.0
+            if i < accepted:
+                self.accepted[i] += 1.0
+
+
+class CostAware:
+    """Choose k to maximise expected tokens per second.
+
+    E[tokens | k] = 1 + Σ_{j<=k} Π_{i<=j} α_i   (α_i: acceptance at position i
+    given the earlier ones were accepted), cost(k) = verify(k + 1 rows) +
+    k · draft step. verify costs start from a measured profile and follow the
+    round times actually observed. Estimates decay, so a bad patch is
+    forgotten; while nothing is drafted, each key's estimate drifts back
+    toward its prior, so drafting is tried again after a while.
+    """
+
+    name = "cost"
+
+    def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0,
+                 prior: float = 0.6, decay: float = 0.95) -> None:
+        # verify_s[n] = seconds for a target pass with n logit rows (index 0 unused)
+        self.k_max = k_max
+        self.verify_s = list(verify_s)
+        self.draft_step_s = draft_step_s
+        self.prior = prior
+        self.decay = decay
+        self.stats: dict[int, _Acceptance] = {}
+
+    def _acc(self, key: int) -> _Acceptance:
+        if key not in self.stats:
+            self.stats[key] = _Acceptance(prior=self.prior)
+        return self.stats[key]
+
+    def _verify(self, rows: int) -> float:
+        v = self.verify_s
+        if rows < len(v):
+            return v[rows]
+        # beyond the profile: extend linearly from its last two points
+        return v[-1] + (rows - len(v) + 1) * (v[-1] - v[-2])
+
+    def expected_rate(self, key: int, k: int) -> float:
+        """Expected tokens per second if k tokens are drafted and verified."""
+        tokens, reach = 1.0, 1.0
+        for a in self._acc(key).rates(k):
+            reach *= a
+            tokens += reach
+        return tokens / (self._verify(k + 1) + k * self.draft_step_s)
+
+    def choose(self, key: int, limit: int) -> int:
+        limit = min(limit, self.k_max)
+        alphas = self._acc(key).rates(limit)
+        best_k, best = 0, 1.0 / self._verify(1)
+        tokens, reach = 1.0, 1.0
+        for k in range(1, limit + 1):
+            reach *= alphas[k - 1]
+            tokens += reach
+            r = tokens / (self._verify(k + 1) + k * self.draft_step_s)
+            if r > best:
+                best_k, best = k, r
+        if best_k == 0:
+            # No evidence is gathered while not drafting: drift back to the prior.
+            acc = self._acc(key)
+            for i in range(len(acc.reached)):
+                acc.reached[i] *= self.decay
+                acc.accepted[i] *= self.decay
+        return best_k
+
+    def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
+        if k > 0:
+            self._acc(key).add(k, accepted, self.decay)
+            if draft_s > 0 and self.draft_step_s > 0:
+                self.draft_step_s += 0.1 * (draft_s / k - self.draft_step_s)
+        rows = k + 1
+        if rows < len(self.verify_s) and verify_s > 0:
+            self.verify_s[rows] += 0.1 * (verify_s - self.verify_s[rows])
