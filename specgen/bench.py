@@ -840,7 +840,7 @@ def _group_summary(records: Sequence[dict], name: str) -> dict:
         "slower_share": sum(s < 1.0 for s in speedups) / len(speedups),
         "median_latency_change_ms": float(median(r["latency_change_ms"][name] for r in records if name in r["latency_change_ms"])),
         "throughput": {"plain_tokens_per_s": _throughput(plain_runs), "spec_tokens_per_s": _throughput(spec_runs)},
-        "decode_speedup": _ratio(_decode_rate(spec_runs), _decode_rate(plain_runs)),
+        "decode_speedup": _median_decode_speedup(records, name),
         "acceptance_rate": _ratio(sum(x["accepted"] for x in spec_runs), sum(x["drafted"] for x in spec_runs)),
         "mean_accepted_len": _ratio(sum(x["generated_tokens"] for x in spec_runs), sum(x["rounds"] for x in spec_runs)),
         "matches_plain": {"equal": sum(greedy), "compared": len(greedy)},
@@ -859,18 +859,37 @@ def _throughput(runs: Sequence[dict]) -> float | None:
 
 
 def _decode_rate(runs: Sequence[dict]) -> float | None:
-    return _ratio(sum(max(x["generated_tokens"] - 1, 0) for x in runs), sum(x["decode_s"] for x in runs))
+    """Tokens after the first per second after the first, median over runs."""
+    rates = [(x["generated_tokens"] - 1) / x["decode_s"] for x in runs if x["generated_tokens"] > 1 and x["decode_s"] > 0]
+    return float(median(rates)) if rates else None
+
+
+def _median_decode_speedup(records: Sequence[dict], name: str) -> float | None:
+    """Decode phase only (what Leviathan's formula predicts): median over requests."""
+    ratios = []
+    for r in records:
+        plain = _decode_rate([x for x in r["runs"] if x["config"] == "plain"])
+        spec = _decode_rate([x for x in r["runs"] if x["config"] == name])
+        if plain and spec:
+            ratios.append(spec / plain)
+    return float(median(ratios)) if ratios else None
 
 
 def predict(spec_runs: Sequence[dict], plain_runs: Sequence[dict]) -> dict | None:
-    """Leviathan's predicted decode-phase speedup from pooled measurements.
+    """Leviathan's predicted decode-phase speedup from the measurements.
 
-    α = accepted / drafted; t_plain_step = mean plain verify pass; t_verify =
-    mean verify pass of the rounds that drafted the full k; t_draft_step =
-    steady-state drafting time / tokens drafted (a draft model, one forward
-    pass per token) or per round (prompt lookup, which drafts all k at once).
-    `by_k` uses the measured distribution of draft lengths instead of a fixed k
-    (prompt lookup often finds fewer than k tokens, or none).
+    α = accepted / drafted (pooled counts). Costs are medians over runs of
+    each run's mean, so a burst of load on a shared machine does not set them:
+    t_plain_step = a plain verify pass; t_verify = a verify pass of the rounds
+    that drafted the full k; t_draft_step = steady-state drafting time per
+    token drafted (a draft model: one forward pass a token) or per round
+    (prompt lookup, which drafts all k at once). `speedup_by_k` uses the
+    measured distribution of draft lengths instead of a fixed k (prompt lookup
+    often finds fewer than k tokens, or none). Both assume each draft token is
+    accepted independently with probability α; `speedup_measured_tokens`
+    replaces that assumption with the measured tokens per round, which checks
+    the cost model alone (prompt lookup's acceptance comes in runs: a
+    matching span is accepted whole or not at all).
     """
     if not spec_runs or not plain_runs:
         return None
@@ -879,55 +898,49 @@ def predict(spec_runs: Sequence[dict], plain_runs: Sequence[dict]) -> dict | Non
     if k == 0 or drafted == 0:
         return None
     alpha = sum(x["accepted"] for x in spec_runs) / drafted
-    plain_n, plain_s = _pool_verify(plain_runs, "0")
-    full_n, full_s = _pool_verify(spec_runs, str(k))
-    if not plain_n or not full_n:
+    t_plain, t_verify = _median_step(plain_runs, "0"), _median_step(spec_runs, str(k))
+    if t_plain is None or t_verify is None:
         return None
-    t_plain, t_verify = plain_s / plain_n, full_s / full_n
-    st_rounds = sum(x["draft_steady"]["rounds"] for x in spec_runs)
-    st_drafted = sum(x["draft_steady"]["drafted"] for x in spec_runs)
-    st_s = sum(x["draft_steady"]["s"] for x in spec_runs)
     model = spec_runs[0]["draft_kind"] == "model"
-    if model:
-        t_step = st_s / st_drafted if st_drafted else 0.0
-        t_draft_round = k * t_step
-    else:
-        t_step = st_s / st_rounds if st_rounds else 0.0
-        t_draft_round = t_step
-    e_tokens = expected_tokens_per_round(alpha, k)
-    out = {
+    per = "drafted" if model else "rounds"
+    steps = [x["draft_steady"]["s"] / x["draft_steady"][per] for x in spec_runs if x["draft_steady"][per]]
+    t_step = float(median(steps)) if steps else 0.0
+    t_draft_round = k * t_step if model else t_step
+    by_k, by_tokens = _predict_by_k(spec_runs, alpha, t_plain, t_step, model)
+    return {
         "alpha": alpha,
         "k": k,
-        "expected_tokens_per_round": e_tokens,
+        "expected_tokens_per_round": expected_tokens_per_round(alpha, k),
         "t_plain_step_ms": 1000 * t_plain,
         "t_verify_ms": 1000 * t_verify,
         "t_draft_step_ms": 1000 * t_step,
         "draft_step": "token" if model else "round",
         "speedup": predicted_speedup(alpha, k, t_plain, t_draft_round, t_verify),
-        "speedup_by_k": _predict_by_k(spec_runs, alpha, t_plain, t_step, model),
+        "speedup_by_k": by_k,
+        "speedup_measured_tokens": by_tokens,
     }
-    return out
 
 
-def _pool_verify(runs: Sequence[dict], k: str) -> tuple[int, float]:
-    n = s = 0
-    for x in runs:
-        v = x["verify_by_k"].get(k)
-        if v:
-            n += v[0]
-            s += v[1]
-    return n, s
+def _median_step(runs: Sequence[dict], k: str) -> float | None:
+    """Median over runs of the mean verify time of the rounds that drafted k tokens."""
+    means = [v[1] / v[0] for x in runs if (v := x["verify_by_k"].get(k)) and v[0]]
+    return float(median(means)) if means else None
 
 
-def _predict_by_k(spec_runs, alpha: float, t_plain: float, t_step: float, model: bool) -> float | None:
-    tokens = cost = 0.0
+def _predict_by_k(spec_runs, alpha: float, t_plain: float, t_step: float, model: bool) -> tuple[float | None, float | None]:
+    """(i.i.d. tokens per round at each measured draft length, measured tokens per round) × t_plain / cost per round."""
+    rounds = tokens = cost = 0.0
     for kk in {j for x in spec_runs for j in x["verify_by_k"]}:
-        n, s = _pool_verify(spec_runs, kk)
+        n = sum(x["verify_by_k"][kk][0] for x in spec_runs if kk in x["verify_by_k"])
         k = int(kk)
         draft = k * t_step if model else t_step
+        rounds += n
         tokens += n * expected_tokens_per_round(alpha, k)
-        cost += s + n * draft
-    return tokens * t_plain / cost if cost else None
+        cost += n * (_median_step(spec_runs, kk) + draft)
+    if not cost:
+        return None, None
+    measured = sum(x["generated_tokens"] - 1 for x in spec_runs) / rounds  # decode rounds only
+    return tokens * t_plain / cost, measured * rounds * t_plain / cost
 
 
 def summarize(records: Sequence[dict], config_names: Sequence[str]) -> dict:

@@ -245,6 +245,10 @@ def test_summary_per_category_and_overall():
     p = s["overall"]["prediction"]
     assert p["alpha"] == pytest.approx(0.5) and p["k"] == 4
     assert p["speedup"] == pytest.approx(B.predicted_speedup(0.5, 4, p["t_plain_step_ms"] / 1000, 0.001, p["t_verify_ms"] / 1000))
+    # plain step 0.9 s / 9 rounds = 0.1 s; the spec runs: 4 rounds of k=4 at 0.5·spec/4, 1 round of k=0 at 0.1 s
+    assert p["t_plain_step_ms"] == pytest.approx(100.0)
+    assert p["t_verify_ms"] == pytest.approx(1000 * median([0.5 * 0.5 / 4, 2.0 * 0.5 / 4, 0.8 * 0.5 / 4]))
+    assert p["speedup_measured_tokens"] > 0 and p["speedup_by_k"] > 0
 
 
 # =========================================================== record file
