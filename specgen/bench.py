@@ -199,8 +199,12 @@ def apply_chat_template(engine, messages: Sequence[tuple[str, str]]) -> str:
 
 # =============================================================== configurations
 
-_CONFIG_USAGE = "expected lookup[:k=N,ngram=N,ngram_min=N], draft=MODEL[:k=N] or pair=NAME[:k=N]"
+_CONFIG_USAGE = (
+    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P]"
+    " (P: fixed, cost, heuristic)"
+)
 _OPTIONS_RE = re.compile(r"[a-z_]+=[^,:]*(,[a-z_]+=[^,:]*)*")
+POLICY_NAMES = ("fixed", "cost", "heuristic")
 
 
 @dataclass(frozen=True)
@@ -213,27 +217,28 @@ class Config:
     ngram_min: int = 1
     draft: str | None = None  # model reference, for kind draft (and pair, once resolved)
     pair: str | None = None
+    policy: str = "fixed"  # draft-length policy (specgen.policy); k is its ceiling unless fixed
 
     @property
     def name(self) -> str:
         if self.kind == "plain":
             return "plain"
-        k = f"k={self.k}" if self.k else ""
+        extra = [f"k={self.k}"] if self.k else []
         if self.kind == "lookup":
-            extra = [k] if k else []
             if self.ngram_max != 3:
                 extra.append(f"ngram={self.ngram_max}")
             if self.ngram_min != 1:
                 extra.append(f"ngram_min={self.ngram_min}")
-            return "lookup" + (":" + ",".join(extra) if extra else "")
-        head = f"pair={self.pair}" if self.kind == "pair" else f"draft={self.draft}"
-        return head + (f":{k}" if k else "")
+        if self.policy != "fixed":
+            extra.append(f"policy={self.policy}")
+        head = "lookup" if self.kind == "lookup" else f"pair={self.pair}" if self.kind == "pair" else f"draft={self.draft}"
+        return head + (":" + ",".join(extra) if extra else "")
 
     @property
     def label(self) -> str:
         """A short name for tables: a draft path shows only its file name."""
         if self.kind == "draft" and self.draft and ("/" in self.draft or os.sep in self.draft):
-            return f"draft={Path(self.draft).name}:k={self.k}"
+            return f"draft={Path(self.draft).name}:k={self.k}" + ("" if self.policy == "fixed" else f",policy={self.policy}")
         return self.name
 
     @property
@@ -250,8 +255,10 @@ def parse_config(text: str) -> Config:
     if s == "plain":
         raise SpecgenError("--config plain: plain decoding is always measured; --config names speculative configurations")
     if s == "lookup" or s.startswith("lookup:"):
-        opts = _options(s[len("lookup:") :] if ":" in s else "", ("k", "ngram", "ngram_min"), text)
-        cfg = Config("lookup", opts.get("k", DEFAULT_K["lookup"]), opts.get("ngram", 3), opts.get("ngram_min", 1))
+        opts = _options(s[len("lookup:") :] if ":" in s else "", ("k", "ngram", "ngram_min", "policy"), text)
+        policy = opts.get("policy", "fixed")
+        cfg = Config("lookup", opts.get("k", _default_k("lookup", policy)), opts.get("ngram", 3), opts.get("ngram_min", 1),
+                     policy=policy)
         if not cfg.ngram_min <= cfg.ngram_max:
             raise SpecgenError(f"--config {text}: need ngram_min <= ngram")
         return cfg
@@ -260,10 +267,11 @@ def parse_config(text: str) -> Config:
             ref, tail = _split_options(s[len(kind) + 1 :])
             if not ref:
                 raise SpecgenError(f"--config {text}: {kind}= needs a {'model' if kind == 'draft' else 'pair name'}")
-            opts = _options(tail, ("k",), text)
+            opts = _options(tail, ("k", "policy"), text)
+            policy = opts.get("policy", "fixed")
             if kind == "draft":
-                return Config("draft", opts.get("k", DEFAULT_K["draft"]), draft=ref)
-            return Config("pair", opts.get("k"), pair=ref)
+                return Config("draft", opts.get("k", _default_k("draft", policy)), draft=ref, policy=policy)
+            return Config("pair", opts.get("k"), pair=ref, policy=policy)
     raise SpecgenError(f"unknown --config '{text}' ({_CONFIG_USAGE})")
 
 
@@ -276,8 +284,14 @@ def _split_options(body: str) -> tuple[str, str]:
     return body.strip(), ""
 
 
-def _options(text: str, allowed: tuple[str, ...], whole: str) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _default_k(kind: str, policy: str) -> int:
+    from specgen.loader import ADAPTIVE_K_MAX
+
+    return DEFAULT_K[kind] if policy == "fixed" else ADAPTIVE_K_MAX[kind]
+
+
+def _options(text: str, allowed: tuple[str, ...], whole: str) -> dict:
+    out: dict = {}
     if not text:
         return out
     for part in text.split(","):
@@ -287,6 +301,11 @@ def _options(text: str, allowed: tuple[str, ...], whole: str) -> dict[str, int]:
             raise SpecgenError(f"--config {whole}: unknown option '{part}' (allowed: {', '.join(k + '=N' for k in allowed)})")
         if key in out:
             raise SpecgenError(f"--config {whole}: {key} given twice")
+        if key == "policy":
+            if value.strip() not in POLICY_NAMES:
+                raise SpecgenError(f"--config {whole}: policy must be one of {', '.join(POLICY_NAMES)} (got '{value}')")
+            out[key] = value.strip()
+            continue
         try:
             n = int(value)
         except ValueError:
@@ -596,9 +615,12 @@ class Runner:
         target.truncate(0, 0)
         if draft_engine is not None:
             draft_engine.truncate(0, 0)
+        from specgen.loader import make_policy
+
         gen = Generation(
             target, p.tokens, drafter, draft_max=config.k or 0, max_tokens=max_tokens or p.max_tokens,
             params=p.params, ignore_eos=self.settings.ignore_eos,
+            policy=make_policy(config.policy, config.k or 0, target, draft_engine),
         )
         # Verify time by draft length, and drafting after the first decode
         # round (whose draft cost includes the drafter reading the prompt).

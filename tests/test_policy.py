@@ -98,3 +98,15 @@ def test_expected_rate_matches_formula():
     for k in range(0, 8):
         e = (1 - 0.7 ** (k + 1)) / (1 - 0.7)
         assert p.expected_rate(0, k) == pytest.approx(e / CPU[k + 1])
+
+
+def test_bench_config_names_policy():
+    from specgen.bench import parse_config
+    from specgen.errors import SpecgenError
+
+    c = parse_config("lookup:policy=cost")
+    assert (c.policy, c.k, c.name) == ("cost", 16, "lookup:k=16,policy=cost")
+    assert parse_config("draft=m.gguf:k=3,policy=heuristic").policy == "heuristic"
+    assert parse_config("lookup:k=4").policy == "fixed"
+    with pytest.raises(SpecgenError, match="policy must be one of"):
+        parse_config("lookup:policy=greedy")

@@ -1,0 +1,104 @@
+"""`specgen tune`: measure this machine's costs and predict the speedup per k.
+
+Re-measures the verify-cost curve of the target (and the draft step of a draft
+model), caches it for run / chat / rewrite / bench, estimates acceptance per
+draft position on a few bundled requests, and prints Leviathan's prediction
+with the measured, non-constant verify cost.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+from typing_extensions import Annotated
+
+from specgen.cli import CtxOpt, DraftOpt, JsonOpt, LookupOpt, ModelOpt, NglOpt, PairOpt, ThreadsOpt
+
+
+def predicted_rates(alphas: list[float], verify_s: list[float], draft_step_s: float, k_max: int) -> list[dict]:
+    """Expected tokens per round and speedup over plain for k = 0 … k_max.
+
+    alphas[i]: acceptance at draft position i given the earlier ones were accepted.
+    """
+    plain = 1.0 / verify_s[1]
+    out, tokens, reach = [], 1.0, 1.0
+    for k in range(0, k_max + 1):
+        if k:
+            reach *= alphas[min(k - 1, len(alphas) - 1)] if alphas else 0.0
+            tokens += reach
+        cost = verify_s[min(k + 1, len(verify_s) - 1)] + k * draft_step_s
+        out.append({"k": k, "tokens_per_round": tokens, "round_s": cost, "speedup": tokens / cost / plain})
+    return out
+
+
+def tune(
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    lookup: LookupOpt = False,
+    pair: PairOpt = None,
+    requests: Annotated[int, typer.Option("--requests", help="Bundled requests used to estimate acceptance.")] = 6,
+    max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens per request while estimating.")] = 48,
+    k_max: Annotated[int, typer.Option("-k", "--draft-max", help="Largest k to consider.")] = 16,
+    ctx_size: CtxOpt = 2048,
+    threads: ThreadsOpt = None,
+    gpu_layers: NglOpt = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure verify / draft costs (cached), estimate acceptance, predict speedup per k."""
+    from rich.table import Table
+
+    from specgen.bench import load_requests
+    from specgen.costs import cost_profile
+    from specgen.decoding import Generation
+    from specgen.errors import SpecgenError
+    from specgen.loader import ModelOptions, open_models
+    from specgen.ui import stderr_console
+
+    if k_max < 1 or requests < 1 or max_tokens < 2:
+        raise SpecgenError("tune needs -k >= 1, --requests >= 1 and -n >= 2")
+    opts = ModelOptions(model, draft, lookup, False, pair, k_max, ctx_size, threads, gpu_layers, adaptive="fixed")
+    con = stderr_console()
+    loaded = open_models(opts)
+    try:
+        con.print("measuring verify cost by row count (1 … 32 rows)…")
+        verify = cost_profile(loaded.target, refresh=True)["verify_s"]
+        step = 0.0
+        if loaded.draft_engine is not None:
+            step = cost_profile(loaded.draft_engine, refresh=True)["verify_s"][1]
+        reqs = load_requests(None)
+        picked = [reqs[int(i * len(reqs) / requests)] for i in range(min(requests, len(reqs)))]
+        reached = [0] * k_max
+        accepted = [0] * k_max
+        for req in picked:
+            prompt = loaded.target.tokenize(req.prompt)
+            gen = Generation(loaded.target, prompt, loaded.drafter, draft_max=k_max, max_tokens=max_tokens, ignore_eos=True)
+            for r in gen:
+                for i in range(min(r.accepted + 1, r.drafted)):
+                    reached[i] += 1
+                    accepted[i] += i < r.accepted
+        alphas = [a / n if n else 0.0 for a, n in zip(accepted, reached)]
+        table = predicted_rates(alphas, verify, step, k_max)
+        best = max(table, key=lambda row: row["speedup"])
+        result = {
+            "mode": loaded.mode, "threads": loaded.target.n_threads,
+            "verify_ms": [round(1000 * v, 3) for v in verify[1:]], "draft_step_ms": 1000 * step,
+            "alphas": alphas, "prediction": table, "recommended_k": best["k"],
+        }
+        if json_out:
+            sys.stdout.write(json.dumps(result) + "\n")
+            return
+        t = Table(title=f"{loaded.mode}: predicted speedup per k (Leviathan, measured verify cost)")
+        for col in ("k", "α at k", "verify ms", "tokens/round", "speedup"):
+            t.add_column(col, justify="right")
+        for row in table:
+            k = row["k"]
+            t.add_row(str(k), f"{alphas[k - 1]:.2f}" if k else "-", f"{1000 * verify[min(k + 1, 32)]:.1f}",
+                      f"{row['tokens_per_round']:.2f}", f"{row['speedup']:.2f}x")
+        con.print(t)
+        con.print(f"recommended fixed k: {best['k']} (predicted {best['speedup']:.2f}x); "
+                  "the default --adaptive cost policy chooses k each round from these costs (cached now).")
+    finally:
+        loaded.close()
