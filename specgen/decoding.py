@@ -194,15 +194,73 @@ class Generation:
                 break
         return kept
 
-    def __iter__(self) -> Iterator[Round]:
-        self._start = start = time.perf_counter()
-        try:
-            yield from self._run(start)
-        except KeyboardInterrupt:
-            self.interrupt()
-            raise
-        finally:
-            self.stats.total_s = time.perf_counter() - start
+    # -- the loop, as steps: the single-sequence iterator below and a
+    # -- multi-sequence server drive the same per-sequence state machine.
+    def begin(self) -> None:
+        """Start the clock; a fresh drafter state for this generation."""
+        self._start = time.perf_counter()
+        if self.drafter is not None:
+            self.drafter.begin()
+        self._context = list(self.prompt)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.stats.stop_reason)
+
+    def first(self, row: np.ndarray) -> Round:
+        """Round 1: the prompt's last row gives the first token."""
+        st = self.stats
+        tok = self._pick(row)
+        st.prefill_s = time.perf_counter() - self._start
+        r = Round(self._emit([tok]), 0, 0, 0.0, st.prefill_s)
+        self._context.extend(r.tokens)
+        return self._account(r)
+
+    def plan(self) -> list[int] | None:
+        """Draft this round; the tokens to verify, `[last, d1 … dk]`, or None when done."""
+        if self.done:
+            return None
+        context, target = self._context, self.target
+        base = len(context) - 1  # cached positions; context[-1] is unscored
+        if base + 1 > target.n_ctx:
+            self.stats.stop_reason = "context_full"
+            return None
+        limit = min(self.draft_max, self.max_tokens - len(self.tokens) - 1, target.n_ctx - base - 1)
+        t0 = time.perf_counter()
+        draft = Draft()
+        if limit > 0:
+            if self.drafter.free:  # see the proposal (and its key) before choosing k
+                draft = self.drafter.propose(context, limit, self.params, self.rng)
+                draft = draft.cut(self.policy.choose(draft.key, min(len(draft.tokens), limit)))
+            else:
+                k = self.policy.choose(0, limit)
+                if k:
+                    draft = self.drafter.propose(context, k, self.params, self.rng).cut(k)
+        self._draft, self._base = draft, base
+        self._t_planned = time.perf_counter()
+        self._draft_s = self._t_planned - t0
+        return [context[-1], *draft.tokens]
+
+    def settle(self, rows: np.ndarray) -> Round:
+        """Apply the acceptance rule to the verify rows; roll back the rejected tail."""
+        draft, d = self._draft, self._draft.tokens
+        if self.params.greedy:
+            n_acc, nxt = accept_greedy(d, _LazyRows(rows, _argmax))
+        else:
+            p = _LazyRows(rows, lambda x: probs(x, self.params))
+            n_acc, nxt = accept_sampled(d, p, draft.q, self.rng)
+        if n_acc < len(d):
+            self.target.truncate(self.seq, self._base + 1 + n_acc)
+        emitted = self._emit(d[:n_acc] + [nxt])
+        self._context.extend(emitted)
+        verify_s = time.perf_counter() - self._t_planned
+        self.policy.update(draft.key, len(d), n_acc, verify_s, self._draft_s)
+        return self._account(Round(emitted, len(d), n_acc, self._draft_s, verify_s))
+
+    def _account(self, r: Round) -> Round:
+        self.stats.add(r)
+        self.stats.total_s = time.perf_counter() - self._start
+        return r
 
     def interrupt(self) -> None:
         """Mark the generation as cut short by the caller (e.g. Ctrl-C while printing)."""
@@ -211,48 +269,12 @@ class Generation:
         if hasattr(self, "_start"):
             self.stats.total_s = time.perf_counter() - self._start
 
-    def _run(self, start: float) -> Iterator[Round]:
-        st, target, seq = self.stats, self.target, self.seq
-        if self.drafter is not None:
-            self.drafter.begin()
-        # Prefill: the prompt's last row gives the first token (round 1).
-        row = target.sync(seq, self.prompt)
-        first = self._pick(row)
-        st.prefill_s = time.perf_counter() - start
-        r = Round(self._emit([first]), 0, 0, 0.0, st.prefill_s)
-        st.add(r)
-        yield r
-        context = self.prompt + self.tokens
-        while not st.stop_reason:
-            base = len(context) - 1  # cached positions; context[-1] is unscored
-            if base + 1 > target.n_ctx:
-                st.stop_reason = "context_full"
-                break
-            limit = min(self.draft_max, self.max_tokens - len(self.tokens) - 1, target.n_ctx - base - 1)
-            t0 = time.perf_counter()
-            draft = Draft()
-            if limit > 0:
-                if self.drafter.free:  # see the proposal (and its key) before choosing k
-                    draft = self.drafter.propose(context, limit, self.params, self.rng)
-                    draft = draft.cut(self.policy.choose(draft.key, min(len(draft.tokens), limit)))
-                else:
-                    k = self.policy.choose(0, limit)
-                    if k:
-                        draft = self.drafter.propose(context, k, self.params, self.rng).cut(k)
-            t1 = time.perf_counter()
-            d = draft.tokens
-            rows = target.decode(seq, [context[-1], *d], len(d) + 1)
-            if self.params.greedy:
-                n_acc, nxt = accept_greedy(d, _LazyRows(rows, _argmax))
-            else:
-                p = _LazyRows(rows, lambda x: probs(x, self.params))
-                n_acc, nxt = accept_sampled(d, p, draft.q, self.rng)
-            if n_acc < len(d):
-                target.truncate(seq, base + 1 + n_acc)
-            emitted = self._emit(d[:n_acc] + [nxt])
-            context.extend(emitted)
-            t2 = time.perf_counter()
-            self.policy.update(draft.key, len(d), n_acc, t2 - t1, t1 - t0)
-            r = Round(emitted, len(d), n_acc, t1 - t0, t2 - t1)
-            st.add(r)
-            yield r
+    def __iter__(self) -> Iterator[Round]:
+        self.begin()
+        try:
+            yield self.first(self.target.sync(self.seq, self.prompt))
+            while (batch := self.plan()) is not None:
+                yield self.settle(self.target.decode(self.seq, batch, len(batch)))
+        except KeyboardInterrupt:
+            self.interrupt()
+            raise
