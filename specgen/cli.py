@@ -50,12 +50,24 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 
 def _read_prompt(prompt: str | None, file: Path | None) -> str:
     """stdin (when piped) first, then the file or the argument."""
+
+    def stdin_text() -> str:
+        # Bytes, decoded here: a non-UTF-8 pipe is one clear error, not a traceback.
+        if sys.stdin is None:  # stdin closed (`<&-`)
+            return ""
+        buf = getattr(sys.stdin, "buffer", None)
+        data = buf.read() if buf is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SpecgenError("stdin is not UTF-8 text") from None
+
     parts = []
     if file is not None and str(file) == "-":
-        parts.append(sys.stdin.read())
+        parts.append(stdin_text())
     else:
-        if not sys.stdin.isatty():
-            piped = sys.stdin.read()
+        if sys.stdin is not None and not sys.stdin.isatty():
+            piped = stdin_text()
             if piped:
                 parts.append(piped)
         if file is not None:
@@ -245,6 +257,9 @@ def pull(name: Annotated[str, typer.Argument(help="A models.toml model or pair n
 
 from specgen.cli_bench import bench as _bench  # noqa: E402 - the command lives in its own module
 app.command("bench")(_bench)
+from specgen.cli_chat import chat as _chat, rewrite as _rewrite  # noqa: E402 - commands in their own module
+app.command("chat")(_chat)
+app.command("rewrite")(_rewrite)
 
 
 def _version(value: bool) -> None:

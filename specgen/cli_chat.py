@@ -1,0 +1,530 @@
+"""`specgen chat` and `specgen rewrite`: the commands and all their printing.
+
+The logic lives in chat.py and rewrite.py; this module reads input, streams
+text to stdout (accepted drafts coloured on a terminal), and puts banners,
+stats and notes on stderr. Import it through specgen.cli, which registers
+the commands.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Optional, TextIO
+
+import typer
+from typing_extensions import Annotated
+
+from specgen.cli import (
+    CtxOpt,
+    DraftMaxOpt,
+    DraftOpt,
+    LookupOpt,
+    MinPOpt,
+    ModelOpt,
+    NglOpt,
+    NgramMaxOpt,
+    NgramMinOpt,
+    NoSpecOpt,
+    PairOpt,
+    SeedOpt,
+    TempOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+    _sampling,
+)
+from specgen.errors import SpecgenError
+
+SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
+TemplateOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--template",
+        help="Chat template: auto (the GGUF's, else a built-in by family), gguf, gemma, plain, or a Jinja file.",
+    ),
+]
+
+
+# -- streaming ---------------------------------------------------------------------
+
+
+@dataclass
+class _Reply:
+    text: str  # what the model wrote, without a stop string
+    tokens: list[int]  # every token it generated (the KV cache holds these)
+    stats: object
+    interrupted: bool = False
+
+
+class _Writer:
+    """Writes (text, tag) pieces; accepted drafts in colour on a terminal."""
+
+    def __init__(self, out: TextIO | None) -> None:
+        from specgen.ui import colour_enabled
+
+        self.out = out
+        self.colour = out is not None and colour_enabled(out)
+        self.written: list[str] = []
+
+    def write(self, pieces) -> None:
+        if self.out is None or not pieces:
+            return
+        from specgen.ui import DRAFT_COLOUR, RESET
+
+        for text, tag in pieces:
+            self.written.append(text)
+            self.out.write(f"{DRAFT_COLOUR}{text}{RESET}" if self.colour and tag == "draft" else text)
+        self.out.flush()
+
+
+def _generate(gen, target, stops, writer: _Writer, on_round=None) -> _Reply:
+    """Run a Generation to its end, a stop string, or Ctrl-C; stream what is safe."""
+    from specgen.chat import StopScanner
+
+    scan = StopScanner(stops)
+    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def text_of(tokens) -> str:
+        return utf8.decode(b"".join(target.piece(t) for t in tokens))
+
+    interrupted = False
+    it = iter(gen)
+    try:
+        for r in it:
+            writer.write(scan.feed(text_of(r.tokens[: r.accepted]), "draft") + scan.feed(text_of(r.tokens[r.accepted :]), "own"))
+            if on_round is not None:
+                on_round(gen.stats, r)
+            if scan.stopped:
+                gen.stats.stop_reason = "stop"
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        gen.interrupt()
+    finally:
+        it.close()
+    if not scan.stopped:
+        writer.write(scan.feed(utf8.decode(b"", final=True), "own") + scan.finish())
+    return _Reply(scan.text, list(gen.tokens), gen.stats, interrupted)
+
+
+def _hang_up() -> None:
+    """The reader closed stdout (`| head`): stop quietly with status 0, as Unix tools do."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush finds a sink
+    except (OSError, ValueError, AttributeError):
+        pass  # a stdout without a file descriptor (tests)
+    raise typer.Exit(0)
+
+
+def _err(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _note(line: str) -> None:
+    from specgen.ui import colour_enabled
+
+    _err(f"\x1b[2m{line}\x1b[0m" if colour_enabled(sys.stderr) else line)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _merge(into, st) -> None:
+    """Add one reply's Stats to the session's."""
+    into.prompt_tokens += st.prompt_tokens
+    into.generated += st.generated
+    into.rounds += st.rounds
+    into.drafted += st.drafted
+    into.accepted += st.accepted
+    for name in ("drafted_at", "accepted_at"):
+        a, b = getattr(into, name), getattr(st, name)
+        a.extend([0] * (len(b) - len(a)))
+        for i, v in enumerate(b):
+            a[i] += v
+    into.k_chosen.update(st.k_chosen)
+    for name in ("prefill_s", "total_s", "draft_s", "verify_s"):
+        setattr(into, name, getattr(into, name) + getattr(st, name))
+    into.stop_reason = st.stop_reason
+
+
+def _make_policy(loaded, k: int, fixed: bool, draft_engine):
+    """The loop's draft-length policy: exactly k (-k, /k) or the loader's adaptive one up to k."""
+    from specgen.loader import make_policy
+
+    return make_policy("fixed" if fixed else loaded.policy_name, k, loaded.target, draft_engine)
+
+
+def _summary(st, mode: str, k: int, policy):
+    from specgen.ui import summary_table
+
+    return summary_table(st, mode, k, getattr(policy, "name", "fixed"))
+
+
+def _k_label(k: int, policy) -> str:
+    return f"k={k}" if policy is None or getattr(policy, "name", "fixed") == "fixed" else f"k<={k} ({policy.name})"
+
+
+# -- chat ----------------------------------------------------------------------------
+
+
+@dataclass
+class _ChatState:
+    spec: bool
+    use_lookup: bool
+    k: int
+    fixed_k: bool  # -k or /k given: exactly k a round; else the loader's policy up to k
+    policy: object = None
+
+    def mode(self) -> str:
+        return "plain" if not self.spec else "lookup" if self.use_lookup else "draft"
+
+
+def _reply_status(st, mode: str, k_label: str, prefilled: int, cached: int) -> str:
+    parts = [f"{st.generated} tokens", f"{st.tokens_per_s:.1f} tok/s", f"prefill {prefilled} new + {cached} cached"]
+    if mode == "plain":
+        parts.append("plain decoding")
+    else:
+        rate = _pct(st.acceptance_rate) if st.drafted else "-"
+        parts.append(f"{mode} {k_label}: accepted {st.accepted}/{st.drafted} ({rate})")
+        parts.append(f"{_pct(st.accepted / st.generated if st.generated else 0)} of the reply from drafts")
+    if st.stop_reason in ("max_tokens", "context_full", "interrupted"):
+        parts.append(st.stop_reason.replace("_", " "))
+    return "[" + " · ".join(parts) + "]"
+
+
+def _read_line(interactive: bool) -> str | None:
+    """One line of input, None at end of input (Ctrl-D)."""
+    if interactive:
+        sys.stderr.write("\x1b[1m>\x1b[0m " if not _no_colour() else "> ")
+        sys.stderr.flush()
+        try:
+            return input()
+        except EOFError:
+            sys.stderr.write("\n")
+            return None
+    line = sys.stdin.readline() if sys.stdin is not None else ""
+    return None if line == "" else line.rstrip("\r\n")
+
+
+def _no_colour() -> bool:
+    from specgen.ui import colour_enabled
+
+    return not colour_enabled(sys.stderr)
+
+
+def chat(
+    system: SystemOpt = None,
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    lookup: LookupOpt = False,
+    no_spec: NoSpecOpt = False,
+    pair: PairOpt = None,
+    draft_max: DraftMaxOpt = None,
+    max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens per reply at most.")] = 512,
+    temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 = greedy. 0.7 keeps a small model from looping; --seed makes it reproducible.")] = 0.7,
+    top_k: TopKOpt = 40,
+    top_p: TopPOpt = 0.95,
+    min_p: MinPOpt = 0.05,
+    seed: SeedOpt = None,
+    ctx_size: CtxOpt = 4096,
+    threads: ThreadsOpt = None,
+    gpu_layers: NglOpt = 0,
+    ngram_max: NgramMaxOpt = 3,
+    ngram_min: NgramMinOpt = 1,
+    template: TemplateOpt = None,
+) -> None:
+    """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
+    from specgen.chat import (
+        HELP,
+        ContextFull,
+        Conversation,
+        common_prefix,
+        format_for,
+        message_text,
+        parse_command,
+    )
+    from specgen.decoding import Generation, Stats
+    from specgen.drafters import PromptLookup
+    from specgen.loader import DEFAULT_DRAFT_MAX, ModelOptions, open_models
+    from specgen.ui import stderr_console
+
+    if max_tokens < 1:
+        raise SpecgenError(f"-n/--max-tokens must be >= 1 (got {max_tokens})")
+    params = _sampling(temp, top_k, top_p, min_p, seed)
+    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min)
+    opts.validate()
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    if interactive:
+        try:
+            import readline  # noqa: F401 - line editing and history for input()
+        except ImportError:
+            pass
+    loaded = open_models(opts)
+    try:
+        target = loaded.target
+        fmt = format_for(target, template)
+        conv = Conversation(fmt, target, system)
+        model_drafter = loaded.drafter if loaded.mode == "draft" else None
+        lookup_drafter = loaded.drafter if loaded.mode == "lookup" else PromptLookup(ngram_max, ngram_min)
+        state = _ChatState(
+            spec=loaded.mode != "plain",
+            use_lookup=model_drafter is None,
+            k=loaded.draft_max or draft_max or DEFAULT_DRAFT_MAX["draft" if model_drafter else "lookup"],
+            fixed_k=draft_max is not None,
+        )
+
+        def new_policy() -> None:
+            # One policy for the session: its acceptance estimates carry across turns.
+            engine = None if state.use_lookup else loaded.draft_engine
+            state.policy = _make_policy(loaded, state.k, state.fixed_k, engine) if state.spec else None
+
+        new_policy()
+        session = Stats()
+        writer = _Writer(sys.stdout)
+        if interactive:
+            _note(
+                f"specgen chat · {loaded.target_path.name} · template {fmt.name} · {state.mode()}"
+                f"{' ' + _k_label(state.k, state.policy) if state.spec else ''} · temp {temp:g} · /help for commands, Ctrl-D quits"
+            )
+        turn = 0
+        while True:
+            try:
+                line = _read_line(interactive)
+            except KeyboardInterrupt:
+                sys.stderr.write("\n")
+                _note("(Ctrl-D or /exit quits)")
+                continue
+            if line is None:
+                break
+            if not line.strip():
+                continue
+            try:
+                cmd = parse_command(line)
+            except SpecgenError as exc:
+                _note(str(exc))
+                continue
+            if cmd is not None:
+                if cmd.name == "exit":
+                    break
+                if cmd.name == "help":
+                    for usage, what in HELP:
+                        _note(f"  {usage:<14} {what}")
+                elif cmd.name == "stats":
+                    stderr_console().print(_summary(session, state.mode(), state.k, state.policy))
+                    _note(f"turns {conv.turns} · context {len(conv.tokens)}/{target.n_ctx} tokens")
+                elif cmd.name == "k":
+                    state.k, state.fixed_k = cmd.arg, True
+                    new_policy()
+                    _note(f"drafting {state.k} tokens per round" + ("" if state.spec else " (speculation is off: /spec on)"))
+                elif cmd.name == "spec":
+                    state.spec = cmd.arg
+                    new_policy()
+                    _note(f"speculative decoding {'on: ' + state.mode() + ' ' + _k_label(state.k, state.policy) if state.spec else 'off: plain decoding'}")
+                elif cmd.name == "lookup":
+                    if state.use_lookup and model_drafter is not None:
+                        state.use_lookup = False
+                        _note(f"drafting with the draft model {loaded.draft_path.name}")
+                    elif state.use_lookup and state.spec:
+                        _note("already drafting by prompt lookup")
+                    else:
+                        state.use_lookup = True
+                        _note("drafting by prompt lookup")
+                    state.spec = True
+                    new_policy()
+                elif cmd.name == "reset":
+                    conv.reset()
+                    _note("conversation reset" + (" (the system prompt stays)" if system else ""))
+                continue
+
+            conv.add_user(message_text(line))
+            reserve = min(max_tokens, target.n_ctx // 4)
+            try:
+                prompt, dropped = conv.fit(target.n_ctx, reserve)
+            except ContextFull as exc:
+                conv.drop_pending_user()
+                _note(str(exc))
+                continue
+            if dropped:
+                _note(f"context nearly full: dropped the {dropped} oldest turn{'s' if dropped > 1 else ''} to make room (/reset starts afresh)")
+            cached = min(common_prefix(target.kv_tokens(0), prompt), len(prompt) - 1)
+            turn_params = replace(params, seed=seed + turn) if seed is not None else params
+            drafter = (lookup_drafter if state.use_lookup else model_drafter) if state.spec else None
+            writer.written.clear()
+            try:
+                gen = Generation(
+                    target, prompt, drafter, draft_max=state.k if drafter else 0,
+                    max_tokens=min(max_tokens, target.n_ctx - len(prompt)), params=turn_params,
+                    policy=state.policy if drafter else None,
+                )
+                reply = _generate(gen, target, fmt.stop, writer)
+            except SpecgenError as exc:  # a failed reply ends the turn, not the chat
+                sys.stdout.write("\n")
+                conv.drop_pending_user()
+                _note(f"error: {exc}")
+                continue
+            turn += 1
+            if not "".join(writer.written).endswith("\n"):
+                sys.stdout.write("\n")  # one reply, one or more whole lines
+                sys.stdout.flush()
+            if reply.interrupted and not reply.tokens:
+                conv.drop_pending_user()
+            else:
+                conv.add_reply(reply.text, prompt, reply.tokens)
+            _merge(session, reply.stats)
+            _note(_reply_status(reply.stats, state.mode(), _k_label(state.k, state.policy), len(prompt) - cached, cached))
+            used = len(conv.tokens)
+            if reply.stats.stop_reason == "context_full" or used + reserve > target.n_ctx:
+                _note(
+                    f"context {_pct(used / target.n_ctx)} full ({used}/{target.n_ctx} tokens): "
+                    f"the oldest turns will be dropped to make room; /reset starts afresh"
+                )
+    except BrokenPipeError:
+        _hang_up()
+    finally:
+        loaded.close()
+
+
+# -- rewrite ---------------------------------------------------------------------------
+
+
+def rewrite(
+    file: Annotated[str, typer.Argument(help="The file to rewrite ('-' = stdin).", show_default=False)],
+    instruction: Annotated[str, typer.Option("-i", "--instruction", help="What to do with the file.")],
+    output: Annotated[Optional[str], typer.Option("-o", "--output", help="Write the result to OUT (atomically) instead of stdout.", metavar="OUT")] = None,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Replace FILE atomically; the old one is kept as FILE.bak.")] = False,
+    no_backup: Annotated[bool, typer.Option("--no-backup", help="With --in-place: keep no FILE.bak.")] = False,
+    show_diff: Annotated[bool, typer.Option("--diff", help="Show a unified diff of the change on stderr.")] = False,
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    lookup: LookupOpt = False,
+    no_spec: NoSpecOpt = False,
+    pair: PairOpt = None,
+    draft_max: DraftMaxOpt = None,
+    max_tokens: Annotated[Optional[int], typer.Option("-n", "--max-tokens", help="Tokens to generate at most (default: twice the file's, within the context).")] = None,
+    temp: TempOpt = 0.0,
+    top_k: TopKOpt = 40,
+    top_p: TopPOpt = 0.95,
+    min_p: MinPOpt = 0.05,
+    seed: SeedOpt = None,
+    ctx_size: CtxOpt = 4096,
+    threads: ThreadsOpt = None,
+    gpu_layers: NglOpt = 0,
+    ngram_max: NgramMaxOpt = 3,
+    ngram_min: NgramMinOpt = 1,
+    template: Annotated[Optional[str], typer.Option("--template", help="auto (the GGUF's chat template, else a completion-style prompt), none, gguf, gemma, plain, or a Jinja file.")] = None,
+) -> None:
+    """Rewrite a file as instructed; prompt lookup drafts from the file by default."""
+    from specgen import rewrite as rw
+    from specgen.chat import format_for
+    from specgen.decoding import Generation
+    from specgen.loader import ModelOptions, open_models
+    from specgen.ui import StatusLine, round_status, stderr_console
+
+    if max_tokens is not None and max_tokens < 1:
+        raise SpecgenError(f"-n/--max-tokens must be >= 1 (got {max_tokens})")
+    params = _sampling(temp, top_k, top_p, min_p, seed)
+    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min)
+    opts.validate()
+    if not instruction.strip():
+        raise SpecgenError("empty instruction: -i/--instruction says what to do with the file")
+    rw.check_options(file, output, in_place, no_backup)
+    src = rw.read_source(file, _stdin_bytes, rw.max_bytes_for(ctx_size))
+    plan = rw.plan_output(src, output, in_place, no_backup)
+    loaded = open_models(opts)
+    try:
+        target = loaded.target
+        use_template = template or "auto"
+        if use_template == "none" or (use_template == "auto" and not target.chat_template()):
+            fmt = None
+        else:
+            fmt = format_for(target, use_template)
+        prompt = rw.build_prompt(target, instruction, src.text, fmt)
+        rw.check_fits(prompt, target.n_ctx, src.name)
+        limit = max_tokens or rw.default_max_tokens(prompt, target.n_ctx)
+        policy = None
+        if loaded.mode != "plain":
+            policy = _make_policy(loaded, loaded.draft_max, draft_max is not None, loaded.draft_engine)
+        gen = Generation(
+            target, prompt.tokens, loaded.drafter, draft_max=loaded.draft_max, max_tokens=limit, params=params,
+            policy=policy,
+        )
+        dest = plan.path or "stdout"
+        _note(
+            f"rewriting {src.name} ({prompt.content_tokens} tokens) to {dest} · "
+            f"{loaded.mode}{' ' + _k_label(loaded.draft_max, policy) if loaded.mode != 'plain' else ''} · "
+            f"prompt {'template ' + fmt.name if fmt else 'completion-style'}"
+        )
+        status = StatusLine(shared_terminal=sys.stdout.isatty() and plan.path is None)
+        writer = _Writer(sys.stdout if plan.path is None else None)
+        start = time.perf_counter()
+        status.start()
+        try:
+            reply = _generate(gen, target, [prompt.stop], writer,
+                              lambda st, r: status.show(round_status(st, r, time.perf_counter() - start)))
+        finally:
+            status.stop()
+        new_text = rw.finish_text(reply.text, src.text)
+        streamed = "".join(writer.written)
+        if plan.path is None and new_text.startswith(streamed):  # the newline that went with the fence
+            sys.stdout.write(new_text[len(streamed) :])
+            sys.stdout.flush()
+        st = reply.stats
+        table = _summary(st, loaded.mode, loaded.draft_max, policy)
+        table.add_row("from drafts", f"{st.accepted} of {st.generated} output tokens ({_pct(rw.draft_share(st.accepted, st.generated))})")
+        if reply.interrupted:
+            stderr_console().print(table)
+            _note(f"interrupted: {plan.path} left unchanged" if plan.path else "interrupted")
+            raise typer.Exit(130)
+        if st.stop_reason in ("max_tokens", "context_full"):
+            stderr_console().print(table)
+            raise SpecgenError(
+                f"the rewrite reached {st.generated} tokens before the model finished: "
+                + (f"{plan.path} left unchanged" if plan.path else "output incomplete")
+                + " (raise -n/--max-tokens" + (" or -c/--ctx-size)" if st.stop_reason == "context_full" else ")")
+            )
+        if show_diff:
+            _show_diff(rw.unified_diff(src.text, new_text, src.name))
+        if plan.path is not None:
+            if plan.in_place and new_text == src.text:
+                stderr_console().print(table)
+                _note(f"no changes: {src.name} left as it was")
+                return
+            rw.atomic_write(plan.path, new_text.encode("utf-8"), backup=plan.backup, mode=plan.mode)
+        stderr_console().print(table)
+        if plan.path is not None:
+            _note(f"wrote {plan.path}" + (f" (the old file is {plan.backup})" if plan.backup else ""))
+    except BrokenPipeError:
+        _hang_up()
+    finally:
+        loaded.close()
+
+
+def _stdin_bytes() -> bytes:
+    if sys.stdin is None:
+        return b""
+    buf = getattr(sys.stdin, "buffer", None)
+    return buf.read() if buf is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
+
+
+def _show_diff(text: str) -> None:
+    from specgen.ui import colour_enabled
+
+    if not text:
+        _note("diff: no changes")
+        return
+    if colour_enabled(sys.stderr):
+        colours = {"+": "\x1b[32m", "-": "\x1b[31m", "@": "\x1b[36m"}
+        lines = []
+        for line in text.splitlines(keepends=True):
+            c = colours.get(line[:1]) if not line.startswith(("+++", "---")) else "\x1b[1m"
+            lines.append(f"{c}{line.rstrip(chr(10))}\x1b[0m\n" if c else line)
+        text = "".join(lines)
+    sys.stderr.write(text)
+    sys.stderr.flush()

@@ -1,0 +1,432 @@
+"""specgen chat: templates, the conversation's token list, slash commands, and the command itself.
+
+The pure parts run against a byte-level fake tokenizer; the command runs the
+real Gemma 3 270M through CliRunner (scripted turns) and a real subprocess
+(piped stdin, SIGINT).
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from specgen.chat import (
+    GEMMA_TEMPLATE,
+    ChatFormat,
+    ContextFull,
+    Conversation,
+    StopScanner,
+    choose_format,
+    common_prefix,
+    encode,
+    message_text,
+    parse_command,
+    render,
+    reusable_prefix,
+)
+from specgen.cli import app
+from specgen.errors import SpecgenError
+
+SPECIALS = {"<bos>": 1, "<eos>": 2, "<start_of_turn>": 3, "<end_of_turn>": 4}
+NAMES = {v: k for k, v in SPECIALS.items()}
+
+
+class ByteTok:
+    """One token per byte (1000 + b) plus four control tokens: easy to reason about."""
+
+    def __init__(self, add_bos=True):
+        self.add_bos = add_bos
+
+    def vocab_info(self):
+        return SimpleNamespace(add_bos=self.add_bos, bos=1, eos=2)
+
+    def token_text(self, t):
+        return NAMES[t].encode() if t in NAMES else bytes([t - 1000])
+
+    def tokenize(self, text, add_special=True, parse_special=True):
+        out = [1] if add_special and self.add_bos else []
+        i = 0
+        while i < len(text):
+            for s, t in SPECIALS.items():
+                if parse_special and text.startswith(s, i):
+                    out.append(t)
+                    i += len(s)
+                    break
+            else:
+                out += [1000 + b for b in text[i].encode()]
+                i += 1
+        return out
+
+    def piece(self, t, special=False):
+        if t in NAMES:
+            return NAMES[t].encode() if special else b""
+        return bytes([t - 1000])
+
+
+def gemma_fmt():
+    return choose_format("gemma", gguf_template=None, architecture="gemma3", bos_token="<bos>", eos_token="<eos>")
+
+
+def text_tokens(tok, text):
+    return tok.tokenize(text, add_special=False, parse_special=False)
+
+
+# -- templates -----------------------------------------------------------------------
+
+
+def test_gemma_fallback_renders_gemma_turns_with_the_system_prompt_first():
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!\n"},
+        {"role": "user", "content": "Bye"},
+    ]
+    assert render(gemma_fmt(), msgs) == (
+        "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+        "<start_of_turn>model\nHello!<end_of_turn>\n"
+        "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+    )
+    with pytest.raises(SpecgenError, match="alternate"):
+        render(gemma_fmt(), [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+
+
+def test_format_choice_by_gguf_template_then_family():
+    chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    assert choose_format(None, gguf_template=chatml, architecture="gemma3").name == "gguf"
+    assert choose_format(None, gguf_template=None, architecture="gemma3").template == GEMMA_TEMPLATE
+    plain = choose_format(None, gguf_template=None, architecture="llama")
+    assert plain.name == "plain (built-in)" and plain.stop == ("\nUser:",)
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]
+    assert render(plain, msgs) == "S\n\nUser: Q\nAssistant:"
+    with pytest.raises(SpecgenError, match="no chat template"):
+        choose_format("gguf", gguf_template=None, architecture="gemma3")
+
+
+def test_template_from_a_file_and_its_errors(tmp_path):
+    f = tmp_path / "t.jinja"
+    f.write_text("{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+                 "{% if add_generation_prompt %}[assistant]{% endif %}")
+    fmt = choose_format(str(f), gguf_template=None, architecture=None, bos_token="<s>")
+    assert render(fmt, [{"role": "user", "content": "x"}]) == "<s>[user]x[assistant]"
+    f.write_text("{% for m in messages %}")
+    with pytest.raises(SpecgenError, match="does not compile"):
+        choose_format(str(f), gguf_template=None, architecture=None)
+    with pytest.raises(SpecgenError, match="no such file"):
+        choose_format(str(tmp_path / "missing.jinja"), gguf_template=None, architecture=None)
+
+
+def test_templates_run_sandboxed():
+    def fmt(src):
+        return ChatFormat("gguf", src)
+
+    with pytest.raises(SpecgenError, match="failed"):
+        render(fmt("{{ messages.__class__.__mro__[1].__subclasses__() }}"), [])
+    with pytest.raises(SpecgenError, match="failed"):  # immutable: no mutating the caller's data
+        render(fmt("{{ messages.append(1) }}"), [])
+    with pytest.raises(SpecgenError, match="only user and assistant"):
+        render(fmt("{{ raise_exception('only user and assistant') }}"), [])
+    # Hugging Face's tojson: no HTML escaping
+    assert render(fmt("{{ messages[0].content | tojson }}"), [{"role": "user", "content": "<a & b>"}]) == '"<a & b>"'
+
+
+# -- the token list ------------------------------------------------------------------
+
+
+def start(system="Be brief.", tok=None, fmt=None):
+    tok = tok or ByteTok()
+    return Conversation(fmt or gemma_fmt(), tok, system), tok
+
+
+def test_second_prompt_extends_first_prompt_and_reply():
+    conv, tok = start()
+    conv.add_user("Hi")
+    p1 = conv.prompt()
+    assert p1 == tok.tokenize(render(conv.fmt, conv.all_messages()), add_special=False)
+    assert p1.count(1) == 1  # the template wrote <bos>: no second one
+    reply = text_tokens(tok, "Hello!") + [4]  # the model ends its turn with <end_of_turn>
+    conv.add_reply("Hello!", p1, reply)
+    conv.add_user("Bye")
+    p2 = conv.prompt()
+    assert p2[: len(p1) + len(reply)] == p1 + reply  # the cache holds exactly this prefix
+    assert p2 == tok.tokenize(render(conv.fmt, conv.all_messages()), add_special=False)
+
+
+@pytest.mark.parametrize(
+    "generated, text, kept",
+    [
+        ("Hello wor", "Hello wor", "Hello wor"),  # cut by max tokens: no end-of-turn token
+        ("Hello!\n\n", "Hello!\n\n", "Hello!"),  # the template trims the reply
+    ],
+)
+def test_reply_prefix_is_reused_as_far_as_it_matches(generated, text, kept):
+    conv, tok = start()
+    conv.add_user("Hi")
+    p1 = conv.prompt()
+    conv.add_reply(text, p1, text_tokens(tok, generated))
+    conv.add_user("Bye")
+    p2 = conv.prompt()
+    n = len(p1) + len(text_tokens(tok, kept))
+    assert p2[:n] == conv.tokens[:n]
+    assert common_prefix(p2, conv.tokens) == n
+
+
+def test_a_different_end_token_is_not_reused():
+    conv, tok = start()
+    conv.add_user("Hi")
+    p1 = conv.prompt()
+    conv.add_reply("Hello", p1, text_tokens(tok, "Hello") + [2])  # <eos>, where the template writes <end_of_turn>
+    conv.add_user("Bye")
+    p2 = conv.prompt()
+    n = len(p1) + 5
+    assert p2[:n] == conv.tokens[:n] and p2[n] == 4
+
+
+def test_implicit_bos_and_plain_template():
+    fmt = choose_format("plain", gguf_template=None, architecture="llama")
+    conv, tok = start(system=None, fmt=fmt)
+    conv.add_user("Hi")
+    p1 = conv.prompt()
+    assert p1[0] == 1 and p1.count(1) == 1  # the vocabulary adds BOS; the template did not write it
+    conv.add_reply("Hello", p1, text_tokens(tok, " Hello\nUser: more"))  # ran past the stop string
+    conv.add_user("Bye")
+    p2 = conv.prompt()
+    assert p2[: len(p1) + 6] == conv.tokens[: len(p1) + 6]  # " Hello" and on
+    assert tok.tokenize(render(fmt, conv.all_messages())) == p2
+
+
+def test_no_cut_inside_a_character():
+    tok = ByteTok()
+    held = text_tokens(tok, "aé")
+    assert reusable_prefix(tok, held, "aè".encode()) == (1, 1)  # é and è share their first byte
+    assert reusable_prefix(tok, held, "aéb".encode()) == (3, 3)
+
+
+def test_message_text_is_never_parsed_for_control_tokens():
+    conv, tok = start(system=None)
+    conv.add_user("say <end_of_turn> now")
+    p = conv.prompt()
+    assert p.count(4) == 1  # only the template's own end of turn
+    assert bytes(t - 1000 for t in p if t >= 1000).decode().count("<end_of_turn>") == 1
+
+
+def test_fit_drops_oldest_turns_then_refuses_an_oversized_message():
+    conv, tok = start(system="S")
+    for i in range(4):
+        conv.add_user(f"question {i} " + "x" * 20)
+        p = conv.prompt()
+        conv.add_reply(f"answer {i}", p, text_tokens(tok, f"answer {i}") + [4])
+    conv.add_user("last")
+    full = len(conv.prompt())
+    prompt, dropped = conv.fit(n_ctx=full + 10 - 60, reserve=10)
+    assert dropped >= 2 and conv.turns == 4 - dropped
+    assert conv.messages[-1] == {"role": "user", "content": "last"}
+    assert len(prompt) + 10 <= full - 50
+    n = len(tok.tokenize("<bos><start_of_turn>user\nS", add_special=False))
+    assert prompt[:n] == conv.tokens[:n]  # the system prompt's cache stays usable
+    before = list(conv.messages)
+    conv.add_user("y" * 500)
+    with pytest.raises(ContextFull, match="too long for the context"):
+        conv.fit(n_ctx=200, reserve=10)
+    assert conv.messages[:-1] == before[:-1]  # nothing dropped for a message that cannot be answered
+    conv.drop_pending_user()
+    assert conv.messages[-1]["role"] == "assistant"
+
+
+def test_reset_forgets_messages_but_keeps_the_system_prefix_reusable():
+    conv, tok = start(system="You are terse.")
+    conv.add_user("Hi")
+    p1 = conv.prompt()
+    conv.add_reply("Yo", p1, text_tokens(tok, "Yo") + [4])
+    conv.reset()
+    assert conv.messages == [] and conv.turns == 0
+    conv.add_user("Again")
+    p2 = conv.prompt()
+    assert common_prefix(p2, conv.tokens) >= len(tok.tokenize("<bos><start_of_turn>user\nYou are terse.\n\n", add_special=False))
+
+
+def test_encode_without_held_tokens_matches_plain_tokenization():
+    tok = ByteTok(add_bos=False)
+    assert encode(tok, "abc<end_of_turn>", ["abc"]) == text_tokens(tok, "abc") + [4]
+
+
+# -- stop strings ----------------------------------------------------------------------
+
+
+def test_stop_scanner_holds_back_a_possible_stop_and_cuts_at_it():
+    s = StopScanner(["\nUser:"])
+    assert s.feed("Hello", "own") == [("Hello", "own")]
+    assert s.feed(" there\nUs", "draft") == [(" there", "draft")]  # "\nUs" may start the stop
+    assert s.feed("er: next", "own") == []
+    assert s.stopped and s.text == "Hello there"
+
+
+def test_stop_scanner_releases_a_false_alarm_and_finishes():
+    s = StopScanner(["\nUser:"])
+    assert s.feed("a\nUs", "own") == [("a", "own")]
+    assert s.feed("ed", "draft") == [("\nUs", "own"), ("ed", "draft")]
+    assert s.feed("\n", "own") == []
+    assert s.finish() == [("\n", "own")]
+    assert not s.stopped and s.text == "a\nUsed\n"
+    assert StopScanner().feed("x\n", 1) == [("x\n", 1)]
+
+
+# -- slash commands ----------------------------------------------------------------------
+
+
+def test_parse_command():
+    assert parse_command("hello") is None and parse_command("//etc") is None
+    assert message_text("//etc/hosts") == "/etc/hosts" and message_text("  hi ") == "hi"
+    assert parse_command("/k 3").arg == 3
+    assert parse_command("/spec off").arg is False and parse_command("/spec ON").arg is True
+    assert [parse_command(c).name for c in ("/stats", "/lookup", "/reset", "/exit", "/quit", "/help", "/?")] == [
+        "stats", "lookup", "reset", "exit", "exit", "help", "help"]
+    for bad, msg in [("/k", "usage"), ("/k 0", ">= 1"), ("/k x", "usage"), ("/spec maybe", "usage"),
+                     ("/reset now", "no argument"), ("/frobnicate", "unknown command")]:
+        with pytest.raises(SpecgenError, match=msg):
+            parse_command(bad)
+
+
+# -- the command, with the real model ---------------------------------------------------
+
+# One thread: on a small shared machine, llama.cpp threads that wait on each other cost far more than they give.
+FAST = ["-c", "1024", "-t", "1", "--temp", "0"]
+
+
+def status_lines(stderr):
+    return [ln for ln in stderr.splitlines() if ln.startswith("[") and "tokens" in ln]
+
+
+@pytest.fixture
+def count_prefill(monkeypatch):
+    """Record every Engine.sync: (engine, tokens, cached before, tokens actually decoded)."""
+    from specgen.engine import Engine
+
+    decoded = Counter()
+    calls = []
+    orig_batch, orig_sync = Engine.decode_batch, Engine.sync
+
+    def decode_batch(self, parts):
+        decoded[id(self)] += sum(len(t) for _, t, _ in parts)
+        return orig_batch(self, parts)
+
+    def sync(self, seq, tokens):
+        before, d0 = self.kv_tokens(seq), decoded[id(self)]
+        out = orig_sync(self, seq, tokens)
+        calls.append(SimpleNamespace(engine=id(self), tokens=list(tokens), before=before, decoded=decoded[id(self)] - d0))
+        return out
+
+    monkeypatch.setattr(Engine, "decode_batch", decode_batch)
+    monkeypatch.setattr(Engine, "sync", sync)
+    return calls
+
+
+@pytest.mark.model
+def test_second_turn_prefills_only_its_new_tokens_target_and_draft(gemma_path, count_prefill):
+    from specgen.engine import Engine
+
+    res = CliRunner().invoke(app, ["chat", *FAST, "-n", "6", "-d", str(gemma_path), "-k", "3"],
+                             input="Hello there, I would like to hear about the history of the Roman empire.\nTell me more\n")
+    assert res.exit_code == 0, res.output
+    assert len(status_lines(res.stderr)) == 2
+    target = count_prefill[0].engine
+    t1, t2 = [c for c in count_prefill if c.engine == target]
+    assert t1.decoded == len(t1.tokens)  # first turn: everything is new
+    assert t2.tokens[: len(t1.tokens)] == t1.tokens  # the prompt's prefix is stable
+    assert t2.decoded == len(t2.tokens) - common_prefix(t2.before, t2.tokens)
+    with Engine(gemma_path, vocab_only=True) as v:
+        suffix = v.tokenize("<end_of_turn>\n<start_of_turn>user\nTell me more<end_of_turn>\n<start_of_turn>model\n",
+                            add_special=False)
+    # only the new turn (plus the reply's last token, which the loop never feeds)
+    assert t2.decoded <= len(suffix) + 2 < len(t2.tokens) // 2
+    # The draft model's cache: its first sync of turn 2 keeps all of turn 1 it
+    # saw. It lags the target by the reply tokens of the last round (at most
+    # k + 1, never drafted from) and feeds the first token of the new reply.
+    i2 = count_prefill.index(t2)
+    d2 = next(c for c in count_prefill[i2:] if c.engine != target)
+    assert d2.tokens[: len(t2.tokens)] == t2.tokens
+    assert d2.decoded == len(d2.tokens) - common_prefix(d2.before, d2.tokens)
+    assert common_prefix(d2.before, d2.tokens) > len(t1.tokens)
+    assert d2.decoded <= len(suffix) + 1 + (3 + 1) < len(d2.tokens) // 2
+    m = re.search(r"prefill (\d+) new \+ (\d+) cached", status_lines(res.stderr)[1])
+    assert int(m.group(1)) == t2.decoded and int(m.group(2)) == len(t2.tokens) - t2.decoded
+
+
+@pytest.mark.model
+def test_slash_commands(count_prefill):
+    script = "\n".join(["/help", "/k 2", "/spec off", "Hi", "/spec on", "/lookup", "/stats", "/bogus", "/k x",
+                        "/reset", "Hi again", "/exit", "never sent"]) + "\n"
+    res = CliRunner().invoke(app, ["chat", *FAST, "-n", "4"], input=script)
+    assert res.exit_code == 0, res.output
+    err = res.stderr
+    for expected in ["/spec on|off", "drafting 2 tokens per round", "speculative decoding off", "speculative decoding on: lookup k=2",
+                     "already drafting by prompt lookup", "mean accepted length", "turns 1", "unknown command /bogus",
+                     "usage: /k N", "conversation reset"]:
+        assert expected in err, expected
+    first, second = status_lines(err)
+    assert "plain decoding" in first and "lookup k=2" in second
+    turns = [c for c in count_prefill if c.tokens[1:2] == [105]]  # <start_of_turn>: not a cost measurement
+    assert len(turns) == 2  # "never sent" was not: /exit ended the chat
+    assert "never sent" not in res.stdout
+
+
+@pytest.mark.model
+def test_ctrl_c_ends_the_reply_not_the_chat(monkeypatch):
+    from specgen.decoding import Generation
+
+    orig = Generation.__iter__
+    seen = {"n": 0}
+
+    def interrupted_once(self):
+        seen["n"] += 1
+        it = orig(self)
+        yield next(it)
+        if seen["n"] == 1:
+            it.throw(KeyboardInterrupt)  # what Ctrl-C does inside the loop
+        yield from it
+
+    monkeypatch.setattr(Generation, "__iter__", interrupted_once)
+    res = CliRunner().invoke(app, ["chat", *FAST, "-n", "4", "-k", "2"], input="Hi\nStill there?\n")
+    assert res.exit_code == 0, res.output
+    first, second = status_lines(res.stderr)
+    assert first.startswith("[1 tokens") and "interrupted" in first
+    assert "interrupted" not in second
+
+
+@pytest.mark.model
+def test_full_context_drops_oldest_turns_and_never_crashes():
+    words = " ".join(f"w{i}" for i in range(45))  # ~90 tokens a message
+    script = "\n".join([words] * 4 + ["z " * 400, "short"]) + "\n"
+    res = CliRunner().invoke(app, ["chat", "-c", "256", "-t", "1", "--temp", "0", "-n", "8", "-k", "4"], input=script)
+    assert res.exit_code == 0, res.output
+    assert "dropped the" in res.stderr and "oldest turn" in res.stderr
+    assert "too long for the context" in res.stderr
+    assert len(status_lines(res.stderr)) == 5  # every message but the oversized one got a reply
+
+
+@pytest.mark.model
+def test_chat_from_a_pipe_and_sigint_in_a_real_process(gemma_path):
+    cmd = [sys.executable, "-m", "specgen", "chat", *FAST, "-k", "4"]
+    done = subprocess.run([*cmd, "-n", "4"], input="Hello\nAnd then?\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(status_lines(done.stderr)) == 2 and "specgen chat ·" not in done.stderr  # no banner for a pipe
+    assert done.stdout.count("\n") >= 2
+
+    p = subprocess.Popen([*cmd, "-n", "200"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(b"Write a very long story about a dragon.\n")
+    p.stdin.flush()
+    os.set_blocking(p.stdout.fileno(), True)
+    assert p.stdout.read(1)  # the reply has started
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(b"/stats\n/exit\n", timeout=120)
+    err = err.decode()
+    assert p.returncode == 0, err
+    assert "Traceback" not in err and "turns 1" in err
+    assert "interrupted" in status_lines(err)[0]
