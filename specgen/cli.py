@@ -32,7 +32,7 @@ DraftOpt = Annotated[Optional[str], typer.Option("-d", "--draft", help="Draft mo
 LookupOpt = Annotated[bool, typer.Option("--lookup", help="Draft by prompt lookup (n-gram match over prompt + output). The default without -d.")]
 NoSpecOpt = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no speculation.")]
 PairOpt = Annotated[Optional[str], typer.Option("--pair", help="A target/draft pair from models.toml.")]
-DraftMaxOpt = Annotated[Optional[int], typer.Option("-k", "--draft-max", help="Tokens drafted per round (default 8 for lookup, 4 for a draft model).")]
+DraftMaxOpt = Annotated[Optional[int], typer.Option("-k", "--draft-max", help="Draft length: with it alone, a fixed k; with --adaptive, the ceiling (defaults: fixed 8 lookup / 4 draft model; adaptive 16 / 8).")]
 MaxTokOpt = Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens to generate at most.")]
 TempOpt = Annotated[float, typer.Option("--temp", help="Temperature; 0 = greedy.")]
 TopKOpt = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")]
@@ -45,6 +45,8 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("-t", "--threads", help="CPU 
 NglOpt = Annotated[int, typer.Option("-ngl", "--gpu-layers", help="Layers to offload on a Metal/CUDA build.")]
 NgramMaxOpt = Annotated[int, typer.Option("--ngram-max", help="Longest n-gram prompt lookup matches.")]
 NgramMinOpt = Annotated[int, typer.Option("--ngram-min", help="Shortest n-gram prompt lookup matches.")]
+AdaptiveOpt = Annotated[Optional[str], typer.Option("--adaptive", help="Draft-length policy: cost (default; k = 0 … k_max by expected tokens/s from measured costs), heuristic, or fixed (the default when -k is given).")]
+PMinOpt = Annotated[float, typer.Option("--p-min", help="Draft model: stop drafting when its top probability drops below this.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout at the end, nothing else.")]
 
 
@@ -119,6 +121,8 @@ def run(
     gpu_layers: NglOpt = 0,
     ngram_max: NgramMaxOpt = 3,
     ngram_min: NgramMinOpt = 1,
+    adaptive: AdaptiveOpt = None,
+    p_min: PMinOpt = 0.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Generate a completion, streaming tokens; stats on stderr."""
@@ -129,7 +133,8 @@ def run(
     if max_tokens < 1:
         raise SpecgenError(f"-n/--max-tokens must be >= 1 (got {max_tokens})")
     params = _sampling(temp, top_k, top_p, min_p, seed)
-    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min)
+    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
+                        adaptive=adaptive, p_min=p_min)
     opts.validate()
     text_in = _read_prompt(prompt, file)
     loaded = open_models(opts)
@@ -138,7 +143,7 @@ def run(
         tokens = target.tokenize(text_in)
         gen = Generation(
             target, tokens, loaded.drafter, draft_max=loaded.draft_max, max_tokens=max_tokens,
-            params=params, ignore_eos=ignore_eos,
+            params=params, ignore_eos=ignore_eos, policy=loaded.new_policy(),
         )
         stream = TextStream(target) if not json_out else None
         status = StatusLine() if not json_out else None
@@ -169,7 +174,7 @@ def run(
                 "generated_tokens": st.generated,
                 "stop_reason": st.stop_reason,
                 "timings": st.timings(),
-                "spec": st.spec(loaded.draft_max),
+                "spec": {**st.spec(loaded.draft_max), "policy": loaded.policy_name},
             }
             sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
             sys.stdout.flush()
@@ -178,7 +183,7 @@ def run(
                 sys.stdout.write("\n")
                 sys.stdout.flush()
             con = stderr_console()
-            con.print(summary_table(st, loaded.mode, loaded.draft_max))
+            con.print(summary_table(st, loaded.mode, loaded.draft_max, loaded.policy_name))
         if interrupted:
             raise typer.Exit(130)
     finally:
@@ -257,6 +262,8 @@ def pull(name: Annotated[str, typer.Argument(help="A models.toml model or pair n
 
 from specgen.cli_bench import bench as _bench  # noqa: E402 - the command lives in its own module
 app.command("bench")(_bench)
+from specgen.cli_tune import tune as _tune  # noqa: E402
+app.command("tune")(_tune)
 from specgen.cli_chat import chat as _chat, rewrite as _rewrite  # noqa: E402 - commands in their own module
 app.command("chat")(_chat)
 app.command("rewrite")(_rewrite)

@@ -23,7 +23,7 @@ from specgen.errors import SpecgenError
 
 CONFIG_HELP = (
     "A speculative configuration to compare with plain decoding (repeatable): "
-    "lookup[:k=N,ngram=N,ngram_min=N], draft=MODEL[:k=N] or pair=NAME[:k=N]. Default: lookup:k=8."
+    "lookup[:k=N,ngram=N,ngram_min=N,policy=P], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P], P = fixed (default), cost or heuristic; with an adaptive policy k is the ceiling. Default: lookup:k=8."
 )
 
 
