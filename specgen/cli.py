@@ -186,6 +186,8 @@ def run(
             con.print(summary_table(st, loaded.mode, loaded.draft_max, loaded.policy_name))
         if interrupted:
             raise typer.Exit(130)
+    except BrokenPipeError:  # typer would turn it into exit 1 before main() sees it
+        hang_up()
     finally:
         loaded.close()
 
@@ -260,15 +262,6 @@ def pull(name: Annotated[str, typer.Argument(help="A models.toml model or pair n
     sys.stdout.write(f"{path}\n")
 
 
-from specgen.cli_bench import bench as _bench  # noqa: E402 - the command lives in its own module
-app.command("bench")(_bench)
-from specgen.cli_tune import tune as _tune  # noqa: E402
-app.command("tune")(_tune)
-from specgen.cli_chat import chat as _chat, rewrite as _rewrite  # noqa: E402 - commands in their own module
-app.command("chat")(_chat)
-app.command("rewrite")(_rewrite)
-
-
 def _version(value: bool) -> None:
     if value:
         sys.stdout.write(f"specgen {__version__}\n")
@@ -306,14 +299,27 @@ def main(argv: List[str] | None = None) -> None:
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except BrokenPipeError:
-        _quiet_broken_pipe()
+        hang_up()
     raise SystemExit(rc if isinstance(rc, int) else 0)
 
 
-def _quiet_broken_pipe() -> None:
-    """stdout closed by the reader (`| head`): end quietly, as Unix tools do."""
+def hang_up() -> None:
+    """The reader closed stdout (`| head`): stop quietly with status 0, as Unix tools do."""
     import os
 
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush finds a sink
+    except (OSError, ValueError, AttributeError):
+        pass  # a stdout without a file descriptor (tests)
     raise SystemExit(0)
+
+
+# The other commands live in their own modules (which import the option types above).
+from specgen.cli_bench import bench as _bench  # noqa: E402 - the command lives in its own module
+app.command("bench")(_bench)
+from specgen.cli_tune import tune as _tune  # noqa: E402
+app.command("tune")(_tune)
+from specgen.cli_chat import chat as _chat, rewrite as _rewrite  # noqa: E402 - commands in their own module
+app.command("chat")(_chat)
+app.command("rewrite")(_rewrite)

@@ -36,6 +36,7 @@ from specgen.cli import (
     TopKOpt,
     TopPOpt,
     _sampling,
+    hang_up,
 )
 from specgen.errors import SpecgenError
 
@@ -109,16 +110,6 @@ def _generate(gen, target, stops, writer: _Writer, on_round=None) -> _Reply:
     if not scan.stopped:
         writer.write(scan.feed(utf8.decode(b"", final=True), "own") + scan.finish())
     return _Reply(scan.text, list(gen.tokens), gen.stats, interrupted)
-
-
-def _hang_up() -> None:
-    """The reader closed stdout (`| head`): stop quietly with status 0, as Unix tools do."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush finds a sink
-    except (OSError, ValueError, AttributeError):
-        pass  # a stdout without a file descriptor (tests)
-    raise typer.Exit(0)
 
 
 def _err(line: str) -> None:
@@ -386,7 +377,7 @@ def chat(
                     f"the oldest turns will be dropped to make room; /reset starts afresh"
                 )
     except BrokenPipeError:
-        _hang_up()
+        hang_up()
     finally:
         loaded.close()
 
@@ -501,7 +492,7 @@ def rewrite(
         if plan.path is not None:
             _note(f"wrote {plan.path}" + (f" (the old file is {plan.backup})" if plan.backup else ""))
     except BrokenPipeError:
-        _hang_up()
+        hang_up()
     finally:
         loaded.close()
 

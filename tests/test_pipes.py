@@ -85,8 +85,6 @@ def assert_quiet(rc, err):
     assert "Traceback" not in err and "Exception ignored" not in err and "Error" not in err, err
 
 
-@pytest.mark.xfail(strict=True, reason="cli.run: typer's own EPIPE handler exits 1 before cli.main's "
-                   "BrokenPipeError handler runs; run must catch BrokenPipeError itself (as chat and rewrite do)")
 def test_closed_stdout_ends_run_quietly():
     assert_quiet(*hang_up_after_first_bytes(["run", "Count: 1, 2, 3,", "-n", "200", "--ignore-eos", *FAST]))
 
