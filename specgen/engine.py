@@ -75,6 +75,7 @@ class Engine:
         n_gpu_layers: int = 0,
         n_batch: int = 512,
         n_seq_max: int = 1,
+        kv_unified: bool = False,
         vocab_only: bool = False,
     ) -> None:
         _init_backend()
@@ -97,6 +98,11 @@ class Engine:
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq_max
+        # Unified: n_ctx is one pool shared by all sequences, and a batch that
+        # mixes sequences of different row counts stays one ubatch. Split
+        # (llama.cpp's default) gives each sequence n_ctx / n_seq_max and cuts
+        # such a batch into equal-length ubatches of consecutive sequence ids.
+        cparams.kv_unified = kv_unified
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True

@@ -1,0 +1,179 @@
+"""Concurrent serving: the multi-sequence bookkeeping on a fake engine, then the real model.
+
+Fake-engine tests check what one shared context enforces: every batch fits
+n_batch, each sequence's positions are contiguous, a rollback touches only
+its own sequence, the cache pool is never exceeded, and a finished request's
+slot is reused (from an empty cache) by the next one waiting.
+"""
+
+import numpy as np
+import pytest
+
+from fakes import FakeEngine, chain_table
+from specgen.decoding import Generation
+from specgen.drafters import Draft, PromptLookup
+from specgen.errors import SpecgenError
+from specgen.sampling import SamplingParams
+from specgen.serving import BatchCostAware, Job, Server, max_concurrency, need_tokens
+
+
+class MultiFakeEngine(FakeEngine):
+    """FakeEngine with decode_batch over several sequences, one pool of n_ctx cells."""
+
+    def __init__(self, table, n_ctx=256, n_batch=64, eog=None):
+        super().__init__(table, n_ctx=n_ctx, eog=eog)
+        self.n_batch = n_batch
+        self.batches: list[list[tuple[int, int, list[int], int]]] = []  # (seq, first position, tokens, n_logits)
+
+    def decode_batch(self, parts):
+        rows = sum(len(t) for _, t, _ in parts)
+        assert rows <= self.n_batch, f"batch of {rows} rows exceeds n_batch"
+        assert len({s for s, _, _ in parts}) == len(parts), "a sequence twice in one batch"
+        used = sum(len(kv) for kv in self.kv.values())
+        if used + rows > self.n_ctx:
+            raise SpecgenError("context full")
+        self.batches.append([(s, len(self.kv.get(s, [])), list(t), n) for s, t, n in parts])
+        out = []
+        for s, t, n in parts:
+            kv = self.kv.setdefault(s, [])
+            kv.extend(t)
+            out.append(np.stack([self.table[x] for x in t[len(t) - n :]]) if n else np.empty((0, self.n_vocab)))
+        return out
+
+
+class WrongAfter:
+    """A free drafter proposing the target's chain for `good` tokens, then wrong ones."""
+
+    name = "scripted"
+    free = True
+
+    def __init__(self, n_vocab, good, step=1):
+        self.n_vocab, self.good, self.step = n_vocab, good, step
+
+    def begin(self):
+        pass
+
+    def propose(self, context, k, params, rng):
+        last = context[-1]
+        toks = [(last + self.step * (i + 1)) % self.n_vocab for i in range(min(self.good, k))]
+        return Draft((toks + [0] * k)[:k])
+
+
+def sequential(eng, job, drafter=None, k=0):
+    gen = Generation(eng, job.prompt, drafter, draft_max=k, max_tokens=job.max_tokens, seq=0)
+    list(gen)
+    return gen.tokens
+
+
+def test_plain_concurrent_equals_sequential_and_positions_are_contiguous():
+    eng = MultiFakeEngine(chain_table(50), n_batch=64)
+    jobs = [Job(f"r{i}", [i, i + 1, i + 2], max_tokens=5 + i) for i in range(3)]
+    out = Server(eng, 3).serve(jobs)
+    assert sorted(r.job.id for r in out) == ["r0", "r1", "r2"]
+    for r in out:
+        assert r.gen.tokens == sequential(FakeEngine(chain_table(50)), r.job)
+        assert r.gen.stats.stop_reason == "max_tokens"
+    # every part starts where its sequence's cache ended: positions are contiguous per sequence
+    end: dict[int, int] = {}
+    for batch in eng.batches:
+        for seq, pos, toks, _ in batch:
+            assert pos == end.get(seq, 0) or pos == 0
+            end[seq] = pos + len(toks)
+    # the first step prefills all three prompts in one batch; later steps decode the three together
+    assert [(s, t) for s, _, t, _ in eng.batches[0]] == [(0, [0, 1, 2]), (1, [1, 2, 3]), (2, [2, 3, 4])]
+    assert len(eng.batches[1]) == 3 and all(len(t) == 1 for _, _, t, _ in eng.batches[1])
+
+
+def test_rollback_is_per_sequence():
+    eng = MultiFakeEngine(chain_table(50), n_batch=64)
+    # sequence 0's drafter is always right, sequence 1's is right for one token then wrong
+    drafters = {0: WrongAfter(50, good=8), 1: WrongAfter(50, good=1)}
+    jobs = [Job("good", [1], max_tokens=12), Job("bad", [20], max_tokens=12)]
+    out = {r.job.id: r for r in Server(eng, 2, draft_max=3, drafter_for=drafters.__getitem__).serve(jobs)}
+    assert out["good"].gen.tokens == list(range(2, 14))
+    assert out["bad"].gen.tokens == list(range(21, 33))
+    assert out["good"].gen.stats.accepted == out["good"].gen.stats.drafted
+    bad = out["bad"].gen.stats
+    assert bad.accepted < bad.drafted
+    rollbacks = [(s, n) for s, n in eng.truncations if n > 0]
+    assert rollbacks and {s for s, _ in rollbacks} == {1}  # only the bad sequence rolled back
+    # verify batches mix both sequences' rows in one decode
+    assert any({s for s, *_ in b} == {0, 1} and max(len(t) for _, _, t, _ in b) == 4 for b in eng.batches)
+
+
+def test_more_requests_than_slots_queue_and_reuse_slots():
+    eng = MultiFakeEngine(chain_table(50), n_batch=64)
+    jobs = [Job(f"r{i}", [i], max_tokens=3 if i % 2 else 6) for i in range(5)]
+    server = Server(eng, 2)
+    order = []
+    out = server.serve(jobs, on_finish=lambda r: order.append((r.job.id, r.seq)))
+    assert len(out) == 5 and {s for _, s in order} == {0, 1}
+    by_id = {r.job.id: r for r in out}
+    assert by_id["r0"].seq == 0 and by_id["r1"].seq == 1
+    assert by_id["r2"].seq == 1  # r1 (3 tokens) finished first: r2 took its slot
+    for r in out:
+        assert r.gen.tokens == sequential(FakeEngine(chain_table(50)), r.job)
+        assert r.queue_s >= 0 and r.ttft_s >= r.queue_s and r.latency_s >= r.ttft_s
+    assert by_id["r2"].queue_s > 0 and by_id["r0"].queue_s < by_id["r2"].queue_s
+    # a reused slot starts from an empty cache
+    assert (1, 0) in eng.truncations
+    assert max(len(b) for b in eng.batches) == 2  # never more sequences than slots in one step
+
+
+def test_long_prompts_are_prefilled_in_chunks_beside_decode_rows():
+    eng = MultiFakeEngine(chain_table(50), n_batch=16)
+    jobs = [Job("short", [1, 2], max_tokens=8), Job("long", list(range(40)), max_tokens=2)]
+    out = {r.job.id: r for r in Server(eng, 2).serve(jobs)}
+    assert out["long"].gen.tokens == [40 % 50, 41 % 50]
+    long_parts = [(pos, len(t), n) for b in eng.batches for s, pos, t, n in b if s == 1]
+    # 40 prompt tokens in chunks that leave a row for the short request's decode; logits on the last only
+    assert long_parts == [(0, 14, 0), (14, 15, 0), (29, 11, 1), (40, 1, 1)]
+    assert [len(b) for b in eng.batches[:3]] == [2, 2, 2]  # decode rows and prefill chunks share steps
+
+
+def test_cache_pool_admission_queues_instead_of_failing():
+    eng = MultiFakeEngine(chain_table(50), n_ctx=40, n_batch=64)
+    jobs = [Job(f"r{i}", [i] * 10, max_tokens=8) for i in range(3)]  # 19 tokens each: two fit in 40
+    out = Server(eng, 3).serve(jobs)
+    assert len(out) == 3
+    assert max(len(b) for b in eng.batches) == 2  # the third waited for room in the cache
+    assert need_tokens(10, 8, 0) == 19 and max_concurrency(40, 19) == 2
+
+
+def test_bad_input_is_refused_clearly():
+    eng = MultiFakeEngine(chain_table(50), n_ctx=32, n_batch=16)
+    with pytest.raises(SpecgenError, match="concurrency must be in 1..256"):
+        Server(eng, 0)
+    with pytest.raises(SpecgenError, match="exceed the batch of 16 rows"):
+        Server(eng, 4, draft_max=4, drafter_for=lambda s: PromptLookup())
+    with pytest.raises(SpecgenError, match="do not fit a context of 32"):
+        Server(eng, 1).serve([Job("big", list(range(30)), max_tokens=8)])
+
+
+def test_sampled_requests_keep_their_own_seeded_generators():
+    table = np.random.default_rng(0).normal(size=(30, 30)).astype(np.float32)
+    params = [SamplingParams(temperature=1.0, seed=s) for s in (1, 2, 1)]
+    jobs = [Job(f"r{i}", [3], max_tokens=10, params=p) for i, p in enumerate(params)]
+    out = {r.job.id: r.gen.tokens for r in Server(MultiFakeEngine(table), 3).serve(jobs)}
+    alone = []
+    for p in params:
+        gen = Generation(FakeEngine(table), [3], None, max_tokens=10, params=p)
+        list(gen)
+        alone.append(gen.tokens)
+    assert [out["r0"], out["r1"], out["r2"]] == alone
+    assert out["r0"] == out["r2"] != out["r1"]
+
+
+def test_batch_aware_policy_stops_drafting_on_a_saturated_step():
+    linear = [0.0] + [0.01 * n for n in range(1, 33)]  # every row costs the same: no spare arithmetic
+    flat = [0.0] + [0.01 + 0.0005 * n for n in range(1, 33)]  # rows nearly free: a GPU
+    for curve, others, expect_draft in ((flat, 0, True), (flat, 7, True), (linear, 0, False), (linear, 7, False)):
+        p = BatchCostAware(8, curve, prior=0.8)
+        p.others_rows, p.others_tokens = others, others
+        assert (p.choose(0, 8) > 0) == expect_draft, (curve is flat, others)
+    # a sublinear CPU-like curve: drafting pays alone, not beside 15 other rows
+    cpu = [0.0] + [0.01 * n ** 0.6 if n <= 8 else 0.01 * 8 ** 0.6 + 0.008 * (n - 8) for n in range(1, 33)]
+    alone = BatchCostAware(8, cpu, prior=0.9)
+    busy = BatchCostAware(8, cpu, prior=0.9)
+    busy.others_rows, busy.others_tokens = 15, 15
+    assert alone.choose(0, 8) > 0 and busy.choose(0, 8) == 0
