@@ -28,6 +28,7 @@ import math
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -464,8 +465,13 @@ def open_bench(
     threads: int | None = None,
     gpu_layers: int = 0,
     catalog=None,
+    n_seq_max: int = 1,
 ) -> Setup:
-    """Load the target once and each distinct draft model once; build every drafter."""
+    """Load the target once and each distinct draft model once; build every drafter.
+
+    n_seq_max > 1 (a concurrency sweep) opens every context with that many
+    sequences over one unified KV pool of ctx_size tokens (see specgen.serving).
+    """
     from specgen import registry
     from specgen.drafters import DraftModel, PromptLookup
     from specgen.engine import Engine
@@ -475,6 +481,8 @@ def open_bench(
     target_path = registry.resolve_model(model, catalog)
     draft_paths = {c.name: registry.resolve_model(c.draft, catalog) for c in configs if c.drafts_with_model}
     kw = dict(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers)
+    if n_seq_max > 1:
+        kw.update(n_seq_max=n_seq_max, kv_unified=True)
     target = Engine(target_path, **kw)
     setup = Setup(target, target_path, [PLAIN, *configs], {"plain": None}, _owned=[target])
     try:
@@ -1013,3 +1021,235 @@ def write_csv(path: Path, records: Sequence[dict]) -> None:
                 w.writerow(row)
     except OSError as e:
         raise SpecgenError(f"cannot write --csv {path}: {e.strerror or e}") from None
+
+
+# =============================================================== concurrency sweep
+#
+# `specgen bench --concurrency 1,2,4,8`: at each level the whole request set
+# is served at once through specgen.serving (plain, then every speculative
+# configuration, alternating order), all requests submitted together. One
+# "serve" record per (level, configuration, repeat) carries the level, the
+# total throughput and every request's queue wait, ttft, latency, tok/s and
+# acceptance.
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """`1,2,4,8` → [1, 2, 4, 8] (sorted, distinct); each level in 1..256."""
+    from specgen.serving import MAX_SLOTS
+
+    levels = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            n = int(part)
+        except ValueError:
+            raise SpecgenError(f"--concurrency: '{part}' is not an integer (expected e.g. 1,2,4,8)") from None
+        if n < 1:
+            raise SpecgenError(f"--concurrency: levels must be >= 1 (got {n})")
+        if n > MAX_SLOTS:
+            raise SpecgenError(f"--concurrency: at most {MAX_SLOTS} sequences share a llama.cpp context (got {n})")
+        levels.append(n)
+    return sorted(set(levels))
+
+
+def check_concurrency(levels: Sequence[int], prepared: Sequence[Prepared], n_ctx: int, k_max: int) -> None:
+    """Refuse a level the context cannot hold with every slot busy (one pool of n_ctx tokens)."""
+    from specgen.serving import max_concurrency, need_tokens
+
+    need = max(need_tokens(len(p.tokens), p.max_tokens, k_max) for p in prepared)
+    limit = max_concurrency(n_ctx, need)
+    if max(levels) > limit:
+        raise SpecgenError(
+            f"--concurrency {max(levels)}: a context of {n_ctx} tokens holds at most {limit} requests of up to "
+            f"{need} tokens (prompt + max_tokens + draft) at once; raise -c/--ctx-size to at least {max(levels) * need}"
+        )
+
+
+class SweepRunner:
+    """Serves the prepared requests at each concurrency level, in every configuration."""
+
+    def __init__(self, setup: Setup, settings: Settings, levels: Sequence[int]) -> None:
+        settings.validate()
+        self.setup, self.settings, self.levels = setup, settings, list(levels)
+        self._curves: dict[str, tuple[list[float], float]] = {}
+        self.timing = Timing()
+
+    def _new_policy(self, config: Config):
+        from specgen import policy
+        from specgen.serving import BatchCostAware
+
+        k = config.k or 0
+        if config.policy == "fixed" or k == 0:
+            return policy.FixedK
+        if config.policy == "heuristic":
+            return lambda: policy.Heuristic(k)
+        if config.name not in self._curves:  # measured (or read from cache) before serving: it uses sequence 0
+            from specgen.costs import cost_profile
+
+            draft = self.setup.draft_engines.get(config.name)
+            step = cost_profile(draft)["verify_s"][1] if draft is not None else 0.0
+            self._curves[config.name] = (cost_profile(self.setup.target)["verify_s"], step)
+        verify, step = self._curves[config.name]
+        return lambda: BatchCostAware(k, verify, step)
+
+    def server(self, config: Config, level: int):
+        from specgen.drafters import PromptLookup
+        from specgen.serving import BatchedDraftModel, Server
+
+        s, setup = self.settings, self.setup
+        k = config.k or 0
+        kw: dict = {"new_policy": self._new_policy(config)}
+        if config.kind == "lookup":
+            kw["drafter_for"] = lambda seq: PromptLookup(config.ngram_max, config.ngram_min)
+        elif config.drafts_with_model:
+            dm = setup.drafters[config.name]
+            kw["batched"] = BatchedDraftModel(setup.draft_engines[config.name], dm.n_shared, dm.n_target_vocab, dm.p_min)
+        return Server(setup.target, level, draft_max=k, ignore_eos=s.ignore_eos, **kw)
+
+    def serve_once(self, prepared: Sequence[Prepared], config: Config, level: int, max_tokens: int | None = None) -> dict:
+        """The whole set at one level in one configuration; its "serve" record."""
+        from specgen.serving import Job
+
+        jobs = [
+            Job(p.req.id, p.tokens, min(max_tokens or p.max_tokens, p.max_tokens), p.params,
+                {"category": p.req.category, "temperature": p.params.temperature})
+            for p in prepared
+        ]
+        server = self.server(config, level)
+        for seq in range(level):
+            self.setup.target.truncate(seq, 0)
+        t0 = time.perf_counter()
+        results = server.serve(jobs)
+        wall = time.perf_counter() - t0
+        by_id = {r.job.id: r for r in results}
+        requests = []
+        for j in jobs:  # records in request order
+            rec = by_id[j.id].record()
+            rec.update(concurrency=level, config=config.name)
+            requests.append(rec)
+        generated = sum(r["generated_tokens"] for r in requests)
+        k_hist: Counter = Counter()
+        for r in requests:
+            k_hist.update({int(k): n for k, n in r["k_hist"].items()})
+        rows = [v + p for _, v, p in server.step_log]
+        return {
+            "type": "serve",
+            "concurrency": level,
+            "config": config.name,
+            "requests_served": len(jobs),
+            "wall_s": wall,
+            "generated_tokens": generated,
+            "throughput_tokens_per_s": generated / wall if wall > 0 else 0.0,
+            "steps": server.steps,
+            "mean_rows_per_step": sum(rows) / len(rows) if rows else 0.0,
+            "mean_sequences_per_step": sum(n for n, _, _ in server.step_log) / len(rows) if rows else 0.0,
+            "k_hist": {str(k): n for k, n in sorted(k_hist.items())},
+            "requests": requests,
+        }
+
+    def warm_up(self, prepared: Sequence[Prepared]) -> None:
+        if not prepared or not self.settings.warmup:
+            return
+        t0 = time.perf_counter()
+        for c in self.setup.configs:
+            self.serve_once(prepared[:1], c, 1, max_tokens=WARMUP_TOKENS)
+        self.timing.warmup_s += time.perf_counter() - t0
+
+    def run(self, prepared: Sequence[Prepared], sink: Callable[[dict], None], *, on_run=None) -> None:
+        """Every level × repeat × configuration (alternating order); `sink` gets each serve record."""
+        configs = self.setup.configs
+        total = len(self.levels) * self.settings.repeats * len(configs)
+        done = 0
+        t_start = time.perf_counter()
+        try:
+            for li, level in enumerate(self.levels):
+                for rep, order in enumerate(run_order(len(configs), self.settings.repeats, li)):
+                    plain_tokens = None
+                    batch = []
+                    for ci in order:
+                        if on_run:
+                            on_run(done, total, level, configs[ci])
+                        rec = self.serve_once(prepared, configs[ci], level)
+                        rec["repeat"] = rep
+                        self.timing.generation_s += rec["wall_s"]
+                        self.timing.runs += 1
+                        done += 1
+                        batch.append(rec)
+                        if configs[ci].kind == "plain":
+                            plain_tokens = {r["id"]: r["tokens"] for r in rec["requests"]}
+                    for rec in batch:  # greedy equality with plain at the same level
+                        for r in rec["requests"]:
+                            greedy = r.get("temperature", 0.0) == 0.0
+                            r["matches_plain"] = (
+                                None if rec["config"] == "plain" or plain_tokens is None or not greedy
+                                else plain_tokens[r["id"]] == r["tokens"]
+                            )
+                        sink(rec)
+        finally:
+            self.timing.measured_s += time.perf_counter() - t_start
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else None
+
+
+def summarize_sweep(records: Sequence[dict], config_names: Sequence[str]) -> dict:
+    """Per level and configuration: throughput, latency percentiles, policy choices; the crossovers."""
+    levels = sorted({r["concurrency"] for r in records})
+    per_level: dict = {}
+    for level in levels:
+        row = {}
+        for name in config_names:
+            runs = [r for r in records if r["concurrency"] == level and r["config"] == name]
+            if not runs:
+                continue
+            reqs = [x for r in runs for x in r["requests"]]
+            lat = [x["latency_s"] for x in reqs]
+            drafted = sum(x["drafted"] for x in reqs)
+            k_hist: Counter = Counter()
+            for r in runs:
+                k_hist.update({int(k): n for k, n in r["k_hist"].items()})
+            compared = [x["matches_plain"] for x in reqs if x.get("matches_plain") is not None]
+            row[name] = {
+                "runs": len(runs),
+                "throughput_tokens_per_s": float(median(r["throughput_tokens_per_s"] for r in runs)),
+                "p50_latency_s": _percentile(lat, 50),
+                "p95_latency_s": _percentile(lat, 95),
+                "p50_ttft_s": _percentile([x["ttft_s"] for x in reqs], 50),
+                "mean_queue_s": float(np.mean([x["queue_s"] for x in reqs])),
+                "median_request_tokens_per_s": float(median(x["tokens_per_s"] for x in reqs)),
+                "acceptance_rate": _ratio(sum(x["accepted"] for x in reqs), drafted),
+                "mean_rows_per_step": float(np.mean([r["mean_rows_per_step"] for r in runs])),
+                "k_hist": {str(k): n for k, n in sorted(k_hist.items())},
+                "mean_k": _ratio(sum(k * n for k, n in k_hist.items()), sum(k_hist.values())),
+                "matches_plain": {"equal": sum(compared), "compared": len(compared)},
+            }
+        per_level[str(level)] = row
+    crossover = {}
+    for name in config_names:
+        if name == "plain":
+            continue
+        lat_speedup, tput_ratio = {}, {}
+        for level in levels:
+            row = per_level[str(level)]
+            if name in row and "plain" in row:
+                p, s = row["plain"], row[name]
+                lat_speedup[str(level)] = p["p50_latency_s"] / s["p50_latency_s"] if s["p50_latency_s"] else None
+                tput_ratio[str(level)] = s["throughput_tokens_per_s"] / p["throughput_tokens_per_s"] if p["throughput_tokens_per_s"] else None
+        crossover[name] = {
+            "latency_speedup": lat_speedup,
+            "throughput_ratio": tput_ratio,
+            "cuts_latency_at": [int(k) for k, v in lat_speedup.items() if v and v > 1.0],
+            "stops_cutting_latency_at": _first_level(lat_speedup, lambda v: v <= 1.0),
+            "costs_throughput_from": _first_level(tput_ratio, lambda v: v < 1.0),
+        }
+    return {"levels": levels, "per_level": per_level, "crossover": crossover}
+
+
+def _first_level(by_level: dict, pred) -> int | None:
+    """The lowest level from which `pred` holds at every level measured (None: it never settles so)."""
+    keys = sorted(by_level, key=int)
+    for i, k in enumerate(keys):
+        if all(by_level[j] is not None and pred(by_level[j]) for j in keys[i:]):
+            return int(k)
+    return None

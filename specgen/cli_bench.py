@@ -48,12 +48,19 @@ def bench(
     threads: Annotated[Optional[int], typer.Option("-t", "--threads", help="CPU threads (default: all cores).")] = None,
     gpu_layers: Annotated[int, typer.Option("-ngl", "--gpu-layers", help="Layers to offload on a Metal/CUDA build.")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
+    concurrency: Annotated[Optional[str], typer.Option("--concurrency", metavar="LEVELS", help="Serve the whole set at once at each level, e.g. 1,2,4,8 (requests share one context, continuous batching): throughput and latency against concurrency, plain vs speculative.")] = None,
 ) -> None:
     """Serve a batch of requests plain and speculative, side by side; per-request latency change and speedup."""
     from specgen import __version__, bench as B
 
     settings = B.Settings(max_tokens, repeats, ignore_eos, temp, top_k, top_p, min_p, seed, warmup)
     settings.validate()
+    if concurrency is not None:
+        for flag, on in (("--resume", resume), ("--csv", csv_out is not None)):
+            if on:
+                raise SpecgenError(f"{flag} is not supported with --concurrency")
+        levels = B.parse_concurrency(concurrency)
+        return _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed)
     if limit is not None and limit < 1:
         raise SpecgenError(f"--limit must be >= 1 (got {limit})")
     if resume and out is None:
@@ -131,6 +138,74 @@ def bench(
                 "overhead": t,
                 "out": str(out) if out else None,
                 "csv": str(csv_out) if csv_out else None,
+            }
+            sys.stdout.write(json.dumps(obj) + "\n")
+            sys.stdout.flush()
+        if interrupted:
+            raise typer.Exit(130)
+    finally:
+        if sink is not None:
+            sink.close()
+        setup.close()
+
+
+def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed) -> None:
+    """`specgen bench --concurrency`: the set served at once at each level."""
+    from specgen import __version__, bench as B
+
+    if limit is not None and limit < 1:
+        raise SpecgenError(f"--limit must be >= 1 (got {limit})")
+    if threads is not None and threads < 1:
+        raise SpecgenError(f"-t/--threads must be >= 1 (got {threads})")
+    configs = B.parse_configs(config)
+    reqs = B.load_requests(requests)[:limit]
+    if out is not None:
+        _check_writable(out, "--out")
+    setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, n_seq_max=max(levels))
+    sink = None
+    try:
+        names = [c.name for c in setup.configs]
+        prepared = B.Runner(setup, settings).prepare(reqs)
+        B.check_concurrency(levels, prepared, setup.target.n_ctx, max((c.k or 0) for c in setup.configs))
+        meta = {
+            "specgen": __version__, "model": str(setup.target_path), "configs": names, "concurrency": levels,
+            **settings.meta(), "temperature": temp, "threads": setup.target.n_threads,
+            "requests": str(requests) if requests else "<bundled>", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        sink = B.RecordFile(out, meta, resume=False) if out else _MemorySink()
+        con = _console()
+        total = len(levels) * len(names) * settings.repeats
+        con.print(
+            f"bench: {len(prepared)} requests served at once at concurrency {', '.join(map(str, levels))} × "
+            f"{len(names)} configurations × {settings.repeats} repeat{'s' * (settings.repeats > 1)} = {total} batches · "
+            f"{setup.target_path.name} · {setup.target.n_threads} threads · max_tokens {settings.max_tokens} · "
+            f"one context of {setup.target.n_ctx} tokens"
+        )
+        runner = B.SweepRunner(setup, settings, levels)
+        interrupted = False
+        try:
+            if settings.warmup:
+                runner.warm_up(prepared)
+
+            def on_run(done, total, level, c):
+                con.print(f"[dim][{done + 1}/{total}] concurrency {level} · {c.label}[/dim]")
+
+            runner.run(prepared, sink.append, on_run=on_run)
+        except KeyboardInterrupt:
+            interrupted = True
+        records = list(sink.records)
+        summary = B.summarize_sweep(records, names)
+        if records:
+            render_sweep(con, summary, setup.configs)
+        if interrupted:
+            con.print(f"interrupted: {len(records)} batches recorded" + (f" in {out}" if out else ""))
+        if json_out:
+            obj = {
+                "model": str(setup.target_path), "configs": names, "concurrency": levels,
+                "settings": {**settings.meta(), "temperature": temp, "seed": seed, "threads": setup.target.n_threads},
+                "n_ctx": setup.target.n_ctx, "interrupted": interrupted, "summary": summary,
+                "runs": [{k: v for k, v in r.items() if k != "requests"} for r in records],
+                "out": str(out) if out else None,
             }
             sys.stdout.write(json.dumps(obj) + "\n")
             sys.stdout.flush()
@@ -372,5 +447,100 @@ def render(con, records, configs, summary) -> None:
     con.print(
         "speedup = plain latency ÷ speculative latency (> 1 is faster); decode speedup excludes the prefill; "
         "predicted = Leviathan's formula from the measured α and costs (decode phase).",
+        soft_wrap=True,
+    )
+
+
+# -------------------------------------------------------------------- concurrency sweep
+
+
+def sweep_table(summary: dict, configs):
+    from rich.table import Table
+
+    t = Table(title="served at once, per concurrency level (latency: submission → last token)", title_justify="left")
+    for col in ("conc", "config", "tok/s total", "p50 ms", "p95 ms", "p50 ttft ms", "queue ms", "req tok/s",
+                "accept", "mean k", "rows/step", "same as plain"):
+        t.add_column(col, justify="left" if col == "config" else "right")
+    for level in summary["levels"]:
+        row = summary["per_level"][str(level)]
+        for i, c in enumerate(configs):
+            s = row.get(c.name)
+            if s is None:
+                continue
+            m = s["matches_plain"]
+            t.add_row(
+                str(level) if i == 0 else "", c.label, f"{s['throughput_tokens_per_s']:.1f}",
+                f"{1000 * s['p50_latency_s']:.0f}", f"{1000 * s['p95_latency_s']:.0f}", f"{1000 * s['p50_ttft_s']:.0f}",
+                f"{1000 * s['mean_queue_s']:.0f}", f"{s['median_request_tokens_per_s']:.1f}", _pct(s["acceptance_rate"]),
+                _num(s["mean_k"], "{:.2f}"), f"{s['mean_rows_per_step']:.1f}",
+                "-" if not m["compared"] else f"{m['equal']}/{m['compared']}",
+                end_section=i == len(configs) - 1,
+            )
+    return t
+
+
+def sweep_chart(summary: dict, configs, width: int = 36) -> list:
+    """p50 latency and total throughput against concurrency, one bar per configuration."""
+    from rich.text import Text
+
+    styles = ["white", "cyan", "magenta", "yellow", "green", "blue"]
+    rows = [(lv, c, summary["per_level"][str(lv)].get(c.name)) for lv in summary["levels"] for c in configs]
+    rows = [(lv, c, s) for lv, c, s in rows if s]
+    if not rows:
+        return []
+    lat_max = max(s["p50_latency_s"] for _, _, s in rows) or 1.0
+    tp_max = max(s["throughput_tokens_per_s"] for _, _, s in rows) or 1.0
+    label_w = min(max(len(c.label) for c in configs), 24)
+    lines = [Text(f"{'':6}{'':<{label_w}} {'p50 latency (shorter is better)':<{width + 9}} total throughput (longer is better)")]
+    last = None
+    for lv, c, s in rows:
+        style = styles[configs.index(c) % len(styles)]
+        head = f"c={lv:<4}" if lv != last else " " * 6
+        last = lv
+        n_lat = max(1, round(s["p50_latency_s"] / lat_max * width))
+        n_tp = max(1, round(s["throughput_tokens_per_s"] / tp_max * width))
+        line = Text(f"{head}{c.label[:label_w]:<{label_w}} ")
+        line.append("█" * n_lat, style=style)
+        line.append(" " * (width - n_lat) + f" {1000 * s['p50_latency_s']:6.0f} ms  ")
+        line.append("█" * n_tp, style=style)
+        line.append(" " * (width - n_tp) + f" {s['throughput_tokens_per_s']:6.1f} tok/s")
+        lines.append(line)
+    return lines
+
+
+def crossover_lines(summary: dict, configs) -> list[str]:
+    out = []
+    for c in configs:
+        x = summary["crossover"].get(c.name)
+        if x is None:
+            continue
+        lat = " · ".join(f"c={k} {_x(v)}" for k, v in x["latency_speedup"].items())
+        tp = " · ".join(f"c={k} {_x(v)}" for k, v in x["throughput_ratio"].items())
+        stop, cost = x["stops_cutting_latency_at"], x["costs_throughput_from"]
+        if not x["cuts_latency_at"]:
+            verdict = "never cut p50 latency at the levels measured"
+        elif stop is None:
+            verdict = "cut p50 latency at every level from " + str(min(x["cuts_latency_at"]))
+        else:
+            verdict = f"stops cutting p50 latency at concurrency {stop}"
+        verdict += "; " + (
+            "never cost throughput" if cost is None else
+            f"costs total throughput from concurrency {cost}" if cost > min(summary["levels"]) else
+            "costs total throughput at every level"
+        )
+        out.append(f"{c.label}: {verdict}. p50 latency speedup {lat}; throughput vs plain {tp}")
+    return out
+
+
+def render_sweep(con, summary: dict, configs) -> None:
+    con.print(sweep_table(summary, configs))
+    for line in sweep_chart(summary, configs):
+        con.print(line, soft_wrap=True)
+    for line in crossover_lines(summary, configs):
+        con.print(line, soft_wrap=True)
+    con.print(
+        "latency speedup = plain p50 ÷ speculative p50 at the same level (> 1: speculation cuts latency); "
+        "throughput = all tokens generated ÷ wall time of the batch. mean k = the draft length the policy chose "
+        "per round (cost policy: sees the other rows in its step).",
         soft_wrap=True,
     )

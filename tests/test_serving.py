@@ -237,3 +237,113 @@ def test_batched_draft_model_at_concurrency_3_matches_sequential_greedy(gemma_pa
         # all three sequences drafted together: fewer draft decodes than drafted tokens
         drafted = sum(r.gen.stats.drafted for r in out.values())
         assert batched.steps < drafted
+
+
+# =========================================================== the sweep (`specgen bench --concurrency`)
+
+from specgen import bench as B  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0,2", "--concurrency: levels must be >= 1 (got 0)"),
+        ("-1", "--concurrency: levels must be >= 1 (got -1)"),
+        ("1,x", "--concurrency: 'x' is not an integer"),
+        ("300", "--concurrency: at most 256 sequences share a llama.cpp context (got 300)"),
+    ],
+)
+def test_concurrency_levels_are_checked(text, message):
+    with pytest.raises(SpecgenError) as e:
+        B.parse_concurrency(text)
+    assert str(e.value).startswith(message)
+
+
+def test_concurrency_levels_parse_sorted_and_distinct():
+    assert B.parse_concurrency("8, 1,2,4,2") == [1, 2, 4, 8]
+
+
+def test_a_level_the_context_cannot_hold_names_the_limit():
+    p = [B.Prepared(B.Request("a", "x"), 0, [1] * 100, 50, SamplingParams())]
+    B.check_concurrency([1, 2, 6], p, 1024, 8)  # 100 + 50 + 8 + 1 = 159 tokens: 6 fit in 1024
+    with pytest.raises(SpecgenError) as e:
+        B.check_concurrency([1, 8], p, 1024, 8)
+    assert str(e.value) == (
+        "--concurrency 8: a context of 1024 tokens holds at most 6 requests of up to 159 tokens "
+        "(prompt + max_tokens + draft) at once; raise -c/--ctx-size to at least 1272"
+    )
+
+
+def _serve_record(level, config, tput, lats, drafted=0, accepted=0, k_hist=None):
+    reqs = [
+        {"latency_s": x, "ttft_s": x / 4, "queue_s": 0.0, "tokens_per_s": 10.0, "drafted": drafted, "accepted": accepted,
+         "matches_plain": None if config == "plain" else True}
+        for x in lats
+    ]
+    return {"concurrency": level, "config": config, "throughput_tokens_per_s": tput, "mean_rows_per_step": 1.0,
+            "k_hist": k_hist or {"0": 5}, "requests": reqs}
+
+
+def test_sweep_summary_finds_the_crossovers():
+    recs = [
+        _serve_record(1, "plain", 10.0, [1.0, 1.0]), _serve_record(1, "lookup:k=8", 12.0, [0.8, 0.8], 10, 6, {"4": 5}),
+        _serve_record(2, "plain", 18.0, [1.2, 1.2]), _serve_record(2, "lookup:k=8", 17.0, [1.1, 1.1], 10, 6, {"4": 5}),
+        _serve_record(4, "plain", 30.0, [1.5, 1.5]), _serve_record(4, "lookup:k=8", 25.0, [1.7, 1.7], 10, 6, {"0": 5}),
+    ]
+    s = B.summarize_sweep(recs, ["plain", "lookup:k=8"])
+    assert s["levels"] == [1, 2, 4]
+    lv = s["per_level"]["4"]["lookup:k=8"]
+    assert lv["throughput_tokens_per_s"] == 25.0 and lv["p50_latency_s"] == pytest.approx(1.7)
+    assert lv["mean_k"] == 0.0 and s["per_level"]["1"]["lookup:k=8"]["mean_k"] == 4.0
+    assert s["per_level"]["1"]["lookup:k=8"]["acceptance_rate"] == pytest.approx(0.6)
+    x = s["crossover"]["lookup:k=8"]
+    assert x["cuts_latency_at"] == [1, 2]
+    assert x["stops_cutting_latency_at"] == 4
+    assert x["costs_throughput_from"] == 2
+    assert x["throughput_ratio"]["1"] == pytest.approx(1.2)
+
+
+@pytest.mark.model
+def test_sweep_records_carry_the_level_and_throughput(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from specgen.cli import app
+
+    reqs = tmp_path / "r.jsonl"
+    reqs.write_text("".join(json.dumps({"id": f"p{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
+    out = tmp_path / "sweep.jsonl"
+    args = ["bench", str(reqs), "--concurrency", "1,3", "-n", "6", "-c", "1024", "-t", "2", "--no-warmup",
+            "-C", "lookup:k=4", "--out", str(out), "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    obj = json.loads(result.stdout)
+    assert obj["concurrency"] == [1, 3] and set(obj["summary"]["per_level"]) == {"1", "3"}
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert lines[0]["type"] == "meta" and lines[0]["concurrency"] == [1, 3]
+    serves = lines[1:]
+    assert sorted((r["concurrency"], r["config"]) for r in serves) == [
+        (1, "lookup:k=4"), (1, "plain"), (3, "lookup:k=4"), (3, "plain")]
+    for r in serves:
+        assert r["type"] == "serve" and r["throughput_tokens_per_s"] > 0 and r["generated_tokens"] > 0
+        assert len(r["requests"]) == 3
+        for x in r["requests"]:
+            assert x["concurrency"] == r["concurrency"] and x["config"] == r["config"]
+            assert 0 <= x["queue_s"] <= x["ttft_s"] <= x["latency_s"]
+            assert {"tokens_per_s", "drafted", "accepted", "acceptance_rate", "k_hist"} <= set(x)
+    c1 = next(r for r in serves if r["concurrency"] == 1 and r["config"] == "plain")
+    first, second, third = sorted(c1["requests"], key=lambda x: x["queue_s"])
+    assert second["queue_s"] >= first["latency_s"] and third["queue_s"] >= second["latency_s"]  # one slot: they wait
+    assert "p50 latency" in result.stderr and "lookup:k=4:" in result.stderr
+
+
+@pytest.mark.model
+def test_a_level_above_the_context_is_one_line(capsys):
+    from specgen.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--concurrency", "1,64", "-c", "1024", "-n", "64", "--limit", "2", "--no-warmup"])
+    assert e.value.code != 0
+    err = capsys.readouterr().err
+    assert err.startswith("specgen: error: --concurrency 64: a context of 1024 tokens holds at most") and err.count("\n") == 1
