@@ -1216,6 +1216,7 @@ def summarize_sweep(records: Sequence[dict], config_names: Sequence[str]) -> dic
                 "p50_latency_s": _percentile(lat, 50),
                 "p95_latency_s": _percentile(lat, 95),
                 "p50_ttft_s": _percentile([x["ttft_s"] for x in reqs], 50),
+                "p50_service_s": _percentile([x["service_s"] for x in reqs], 50),
                 "mean_queue_s": float(np.mean([x["queue_s"] for x in reqs])),
                 "median_request_tokens_per_s": float(median(x["tokens_per_s"] for x in reqs)),
                 "acceptance_rate": _ratio(sum(x["accepted"] for x in reqs), drafted),

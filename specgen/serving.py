@@ -296,6 +296,7 @@ class ServeResult:
             "queue_s": self.queue_s,
             "ttft_s": self.ttft_s,
             "latency_s": self.latency_s,
+            "service_s": self.latency_s - self.queue_s,  # admission → last token: a sequential run's total_s
             "tokens_per_s": (st.generated - 1) / decode_s if st.generated > 1 and decode_s > 0 else 0.0,
             "rounds": st.rounds,
             "drafted": st.drafted,

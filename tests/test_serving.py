@@ -276,7 +276,7 @@ def test_a_level_the_context_cannot_hold_names_the_limit():
 
 def _serve_record(level, config, tput, lats, drafted=0, accepted=0, k_hist=None):
     reqs = [
-        {"latency_s": x, "ttft_s": x / 4, "queue_s": 0.0, "tokens_per_s": 10.0, "drafted": drafted, "accepted": accepted,
+        {"latency_s": x, "service_s": x, "ttft_s": x / 4, "queue_s": 0.0, "tokens_per_s": 10.0, "drafted": drafted, "accepted": accepted,
          "matches_plain": None if config == "plain" else True}
         for x in lats
     ]
