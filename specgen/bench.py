@@ -38,6 +38,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from specgen.errors import SpecgenError
+from specgen.drafters import NGRAM_MAX
 
 BUNDLED = "requests.jsonl"
 REQUEST_KEYS = ("id", "prompt", "messages", "category", "max_tokens", "temperature", "seed")
@@ -214,7 +215,7 @@ class Config:
 
     kind: str  # plain | lookup | draft | pair
     k: int | None = 0
-    ngram_max: int = 3
+    ngram_max: int = NGRAM_MAX
     ngram_min: int = 1
     draft: str | None = None  # model reference, for kind draft (and pair, once resolved)
     pair: str | None = None
@@ -226,7 +227,7 @@ class Config:
             return "plain"
         extra = [f"k={self.k}"] if self.k else []
         if self.kind == "lookup":
-            if self.ngram_max != 3:
+            if self.ngram_max != NGRAM_MAX:
                 extra.append(f"ngram={self.ngram_max}")
             if self.ngram_min != 1:
                 extra.append(f"ngram_min={self.ngram_min}")
@@ -258,7 +259,7 @@ def parse_config(text: str) -> Config:
     if s == "lookup" or s.startswith("lookup:"):
         opts = _options(s[len("lookup:") :] if ":" in s else "", ("k", "ngram", "ngram_min", "policy"), text)
         policy = opts.get("policy", "fixed")
-        cfg = Config("lookup", opts.get("k", _default_k("lookup", policy)), opts.get("ngram", 3), opts.get("ngram_min", 1),
+        cfg = Config("lookup", opts.get("k", _default_k("lookup", policy)), opts.get("ngram", NGRAM_MAX), opts.get("ngram_min", 1),
                      policy=policy)
         if not cfg.ngram_min <= cfg.ngram_max:
             raise SpecgenError(f"--config {text}: need ngram_min <= ngram")
@@ -1240,11 +1241,16 @@ def summarize_sweep(records: Sequence[dict], config_names: Sequence[str]) -> dic
         crossover[name] = {
             "latency_speedup": lat_speedup,
             "throughput_ratio": tput_ratio,
-            "cuts_latency_at": [int(k) for k, v in lat_speedup.items() if v and v > 1.0],
-            "stops_cutting_latency_at": _first_level(lat_speedup, lambda v: v <= 1.0),
-            "costs_throughput_from": _first_level(tput_ratio, lambda v: v < 1.0),
+            "noise_band": NOISE_BAND,
+            "cuts_latency_at": [int(k) for k, v in lat_speedup.items() if v and v > 1.0 + NOISE_BAND],
+            "stops_cutting_latency_at": _first_level(lat_speedup, lambda v: v <= 1.0 + NOISE_BAND),
+            "costs_throughput_from": _first_level(tput_ratio, lambda v: v < 1.0 - NOISE_BAND),
         }
     return {"levels": levels, "per_level": per_level, "crossover": crossover}
+
+
+# A ratio within this band of 1 is read as "no change": one batch per level on a shared machine is noisy.
+NOISE_BAND = 0.03
 
 
 def _first_level(by_level: dict, pred) -> int | None:

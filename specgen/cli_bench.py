@@ -533,6 +533,8 @@ def crossover_lines(summary: dict, configs) -> list[str]:
 
 
 def render_sweep(con, summary: dict, configs) -> None:
+    from specgen.bench import NOISE_BAND
+
     con.print(sweep_table(summary, configs))
     for line in sweep_chart(summary, configs):
         con.print(line, soft_wrap=True)
@@ -540,7 +542,8 @@ def render_sweep(con, summary: dict, configs) -> None:
         con.print(line, soft_wrap=True)
     con.print(
         "service = admission → last token (what the sequential bench calls latency); "
-        "latency speedup = plain p50 ÷ speculative p50 at the same level (> 1: speculation cuts latency); "
+        f"latency speedup = plain p50 ÷ speculative p50 at the same level (> 1: speculation cuts latency; "
+        f"within ±{100 * NOISE_BAND:.0f}% counts as no change); "
         "throughput = all tokens generated ÷ wall time of the batch. mean k = the draft length the policy chose "
         "per round (cost policy: sees the other rows in its step).",
         soft_wrap=True,

@@ -298,6 +298,7 @@ class ServeResult:
             "latency_s": self.latency_s,
             "service_s": self.latency_s - self.queue_s,  # admission → last token: a sequential run's total_s
             "tokens_per_s": (st.generated - 1) / decode_s if st.generated > 1 and decode_s > 0 else 0.0,
+            "mean_step_rows": _mean(self.step_rows),  # how full the steps it shared were
             "rounds": st.rounds,
             "drafted": st.drafted,
             "accepted": st.accepted,
@@ -496,6 +497,11 @@ class Server:
                 if a.gen.done:
                     finished.append(a)
         return finished
+
+
+def _mean(hist: Counter) -> float:
+    n = sum(hist.values())
+    return sum(k * v for k, v in hist.items()) / n if n else 0.0
 
 
 def _draft_limit(gen: Generation) -> int:
