@@ -17,6 +17,7 @@ from typing_extensions import Annotated
 
 from specgen import __version__
 from specgen.errors import SpecgenError
+from specgen.drafters import NGRAM_MAX
 
 app = typer.Typer(
     add_completion=False,
@@ -119,7 +120,7 @@ def run(
     ctx_size: CtxOpt = 4096,
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
-    ngram_max: NgramMaxOpt = 3,
+    ngram_max: NgramMaxOpt = NGRAM_MAX,
     ngram_min: NgramMinOpt = 1,
     adaptive: AdaptiveOpt = None,
     p_min: PMinOpt = 0.0,

@@ -39,6 +39,7 @@ from specgen.cli import (
     hang_up,
 )
 from specgen.errors import SpecgenError
+from specgen.drafters import NGRAM_MAX
 
 SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
 TemplateOpt = Annotated[
@@ -227,7 +228,7 @@ def chat(
     ctx_size: CtxOpt = 4096,
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
-    ngram_max: NgramMaxOpt = 3,
+    ngram_max: NgramMaxOpt = NGRAM_MAX,
     ngram_min: NgramMinOpt = 1,
     template: TemplateOpt = None,
 ) -> None:
@@ -407,7 +408,7 @@ def rewrite(
     ctx_size: CtxOpt = 4096,
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
-    ngram_max: NgramMaxOpt = 3,
+    ngram_max: NgramMaxOpt = NGRAM_MAX,
     ngram_min: NgramMinOpt = 1,
     template: Annotated[Optional[str], typer.Option("--template", help="auto (the GGUF's chat template, else a completion-style prompt), none, gguf, gemma, plain, or a Jinja file.")] = None,
 ) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specgen import registry
-from specgen.drafters import DraftModel, Drafter, PromptLookup
+from specgen.drafters import NGRAM_MAX, DraftModel, Drafter, PromptLookup
 from specgen.engine import Engine
 from specgen.errors import SpecgenError
 
@@ -27,7 +27,7 @@ class ModelOptions:
     ctx_size: int = 4096
     threads: int | None = None
     gpu_layers: int = 0
-    ngram_max: int = 3
+    ngram_max: int = NGRAM_MAX
     ngram_min: int = 1
     n_seq: int = 1
     adaptive: str | None = None  # cost | heuristic | fixed; None: cost, or fixed when -k is given

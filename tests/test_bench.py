@@ -111,7 +111,7 @@ def test_messages_go_through_the_models_chat_template():
     [
         ("lookup", "lookup", 8, {}, "lookup:k=8"),
         ("lookup:k=16", "lookup", 16, {}, "lookup:k=16"),
-        ("lookup:k=16,ngram=4", "lookup", 16, {"ngram_max": 4}, "lookup:k=16,ngram=4"),
+        ("lookup:k=16,ngram=3", "lookup", 16, {"ngram_max": 3}, "lookup:k=16,ngram=3"),
         ("lookup:ngram=2,ngram_min=2", "lookup", 8, {"ngram_max": 2, "ngram_min": 2}, "lookup:k=8,ngram=2,ngram_min=2"),
         ("draft=/m/draft.gguf:k=4", "draft", 4, {"draft": "/m/draft.gguf"}, "draft=/m/draft.gguf:k=4"),
         ("draft=qwen3-0.6b", "draft", 4, {"draft": "qwen3-0.6b"}, "draft=qwen3-0.6b:k=4"),
