@@ -1053,10 +1053,16 @@ def parse_concurrency(text: str) -> list[int]:
     return sorted(set(levels))
 
 
-def check_concurrency(levels: Sequence[int], prepared: Sequence[Prepared], n_ctx: int, k_max: int) -> None:
-    """Refuse a level the context cannot hold with every slot busy (one pool of n_ctx tokens)."""
+def check_concurrency(levels: Sequence[int], prepared: Sequence[Prepared], n_ctx: int, k_max: int, n_batch: int = 512) -> None:
+    """Refuse a level the context cannot hold with every slot busy (one pool of n_ctx tokens),
+    or whose verify rows (k_max + 1 per sequence) would not fit one batch."""
     from specgen.serving import max_concurrency, need_tokens
 
+    if max(levels) * (k_max + 1) > n_batch:
+        raise SpecgenError(
+            f"--concurrency {max(levels)}: {max(levels)} sequences × {k_max + 1} verify rows exceed a batch of "
+            f"{n_batch} rows; at most {n_batch // (k_max + 1)} at once with k = {k_max} (lower k or the level)"
+        )
     need = max(need_tokens(len(p.tokens), p.max_tokens, k_max) for p in prepared)
     limit = max_concurrency(n_ctx, need)
     if max(levels) > limit:

@@ -166,7 +166,7 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
     try:
         names = [c.name for c in setup.configs]
         prepared = B.Runner(setup, settings).prepare(reqs)
-        B.check_concurrency(levels, prepared, setup.target.n_ctx, max((c.k or 0) for c in setup.configs))
+        B.check_concurrency(levels, prepared, setup.target.n_ctx, max((c.k or 0) for c in setup.configs), setup.target.n_batch)
         meta = {
             "specgen": __version__, "model": str(setup.target_path), "configs": names, "concurrency": levels,
             **settings.meta(), "temperature": temp, "threads": setup.target.n_threads,

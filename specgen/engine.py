@@ -116,6 +116,8 @@ class Engine:
         self.n_ctx = llama.llama_n_ctx(self._ctx)
         self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
         self.n_threads = threads
+        self.n_seq_max = n_seq_max
+        self.kv_unified = kv_unified
         self._mem = llama.llama_get_memory(self._ctx)
         self._batch = llama.llama_batch_init(self.n_batch, 0, n_seq_max)
         self._seq_ids = [ctypes.c_int32(s) for s in range(n_seq_max)]

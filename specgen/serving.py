@@ -331,6 +331,10 @@ class Server:
     ) -> None:
         if not 1 <= slots <= MAX_SLOTS:
             raise SpecgenError(f"concurrency must be in 1..{MAX_SLOTS} (got {slots})")
+        if getattr(target, "n_seq_max", slots) < slots:
+            raise SpecgenError(f"the context was opened for {target.n_seq_max} sequences, not {slots}")
+        if slots > 1 and not getattr(target, "kv_unified", True):
+            raise SpecgenError("concurrent serving needs a unified KV cache (Engine(..., kv_unified=True))")
         if slots * (draft_max + 1) > target.n_batch:
             raise SpecgenError(
                 f"{slots} sequences × {draft_max + 1} verify rows exceed the batch of {target.n_batch} rows"

@@ -148,6 +148,11 @@ def test_bad_input_is_refused_clearly():
         Server(eng, 4, draft_max=4, drafter_for=lambda s: PromptLookup())
     with pytest.raises(SpecgenError, match="do not fit a context of 32"):
         Server(eng, 1).serve([Job("big", list(range(30)), max_tokens=8)])
+    eng.n_seq_max, eng.kv_unified = 2, False
+    with pytest.raises(SpecgenError, match="opened for 2 sequences, not 3"):
+        Server(eng, 3)
+    with pytest.raises(SpecgenError, match="needs a unified KV cache"):
+        Server(eng, 2)
 
 
 def test_sampled_requests_keep_their_own_seeded_generators():
@@ -299,6 +304,9 @@ def test_a_level_the_context_cannot_hold_names_the_limit():
         "--concurrency 8: a context of 1024 tokens holds at most 6 requests of up to 159 tokens "
         "(prompt + max_tokens + draft) at once; raise -c/--ctx-size to at least 1272"
     )
+    p = [B.Prepared(B.Request("a", "x"), 0, [1] * 10, 10, SamplingParams())]
+    with pytest.raises(SpecgenError, match="32 sequences × 17 verify rows exceed a batch of 512 rows; at most 30"):
+        B.check_concurrency([32], p, 100000, 16, 512)
 
 
 def _serve_record(level, config, tput, lats, drafted=0, accepted=0, k_hist=None):
