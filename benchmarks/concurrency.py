@@ -7,6 +7,9 @@ length and generated length, run side by side in one invocation, alternating
     python benchmarks/concurrency.py --tool /tmp/lcbuild/bin/llama-batched-bench \\
         -m /tmp/models/gemma-3-270m-q4_k_m.gguf -t 2 --npp 64 --ntg 32 --npl 4 --repeats 3
 
+With --sequential-check: concurrency 1 through the server against the
+sequential bench runner on the bundled requests (plain and -C configurations).
+
 Figures: S_TG (generation tokens/s over the generation phase) and S (all
 tokens, prompt included, over the whole batch), at 1 and N sequences, and the
 N-vs-1 scaling of each, specgen's next to llama.cpp's.
@@ -59,6 +62,38 @@ def specgen_serve(engine: Engine, npp: int, ntg: int, n: int, level: int) -> dic
     return {"S_TG": (gen - n) / tg_s, "S": (n * npp + gen) / wall}
 
 
+def sequential_check(args) -> None:
+    """Concurrency 1 through the server vs the sequential `specgen bench` runner, alternating, one process."""
+    from specgen import bench as B
+
+    configs = B.parse_configs(args.configs)
+    settings = B.Settings(max_tokens=args.ntg, ignore_eos=True, warmup=False)
+    setup = B.open_bench(args.model, configs, ctx_size=args.ctx, threads=args.threads, n_seq_max=args.npl)
+    try:
+        seq_runner = B.Runner(setup, settings)
+        prepared = seq_runner.prepare(B.load_requests(None)[: args.requests])
+        sweep = B.SweepRunner(setup, settings, [1])
+        names = [c.name for c in setup.configs]
+        tput: dict[tuple[str, str], list[float]] = {}
+        for rep in range(args.repeats):
+            for who in (("sequential", "server") if rep % 2 == 0 else ("server", "sequential")):
+                for c in setup.configs:
+                    if who == "server":
+                        r = sweep.serve_once(prepared, c, 1)
+                        value = r["generated_tokens"] / sum(x["service_s"] for x in r["requests"])
+                    else:
+                        runs = [seq_runner.run_one(p, c) for p in prepared]
+                        value = sum(x["generated_tokens"] for x in runs) / sum(x["total_s"] for x in runs)
+                    tput.setdefault((who, c.name), []).append(value)
+        print(f"concurrency 1 vs the sequential bench · {len(prepared)} bundled requests · {args.ntg} tokens · "
+              f"{args.threads} threads · {args.repeats} repeats, medians (tokens / summed request time)")
+        for name in names:
+            a, b = median(tput[("sequential", name)]), median(tput[("server", name)])
+            print(f"{name:24} sequential {a:7.1f} tok/s   server c=1 {b:7.1f} tok/s   ratio {b / a:.3f}")
+    finally:
+        setup.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tool", default="/tmp/lcbuild/bin/llama-batched-bench")
@@ -69,7 +104,13 @@ def main() -> None:
     ap.add_argument("--npl", type=int, default=4)
     ap.add_argument("-c", "--ctx", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sequential-check", action="store_true",
+                    help="instead: concurrency 1 through the server vs the sequential bench runner (bundled requests)")
+    ap.add_argument("--requests", type=int, default=6)
+    ap.add_argument("-C", "--configs", action="append", default=None)
     args = ap.parse_args()
+    if args.sequential_check:
+        return sequential_check(args)
 
     engine = Engine(args.model, n_ctx=args.ctx, n_threads=args.threads, n_batch=512,
                     n_seq_max=args.npl, kv_unified=True)
