@@ -520,14 +520,17 @@ def crossover_lines(summary: dict, configs) -> list[str]:
         if not x["cuts_latency_at"]:
             verdict = "never cut p50 latency at the levels measured"
         elif stop is None:
-            verdict = "cut p50 latency at every level from " + str(min(x["cuts_latency_at"]))
+            verdict = "cut p50 latency at every level"
         else:
             verdict = f"stops cutting p50 latency at concurrency {stop}"
-        verdict += "; " + (
-            "never cost throughput" if cost is None else
-            f"costs total throughput from concurrency {cost}" if cost > min(summary["levels"]) else
-            "costs total throughput at every level"
-        )
+            if x["cuts_again_at"]:
+                verdict += f" (yet cuts it again at {', '.join(map(str, x['cuts_again_at']))})"
+        if cost is None:
+            verdict += "; never cost total throughput"
+        else:
+            verdict += "; costs total throughput " + ("at every level" if len(x["costs_throughput_at"]) == len(x["throughput_ratio"]) else f"from concurrency {cost}")
+            if x["recovers_at"]:
+                verdict += f" (not at {', '.join(map(str, x['recovers_at']))})"
         out.append(f"{c.label}: {verdict}. p50 latency speedup {lat}; throughput vs plain {tp}")
     return out
 
@@ -543,7 +546,7 @@ def render_sweep(con, summary: dict, configs) -> None:
     con.print(
         "service = admission → last token (what the sequential bench calls latency); "
         f"latency speedup = plain p50 ÷ speculative p50 at the same level (> 1: speculation cuts latency; "
-        f"within ±{100 * NOISE_BAND:.0f}% counts as no change); "
+        f"within ±{100 * NOISE_BAND:.0f}% counts as no change: one batch per level is noisy, use --repeats); "
         "throughput = all tokens generated ÷ wall time of the batch. mean k = the draft length the policy chose "
         "per round (cost policy: sees the other rows in its step).",
         soft_wrap=True,

@@ -245,7 +245,7 @@ class _SeqDraft:
     def begin(self) -> None:
         pass
 
-    def propose(self, context, k, params, rng) -> Draft:  # noqa: ARG002 - drafted in prepare()
+    def propose(self, context, k, params, rng) -> Draft:  # drafted in prepare()
         return self.batched._ready.get(self.seq, Draft()).cut(k)
 
 

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from fakes import FakeEngine, chain_table
+from test_model import PROMPTS, assert_equal_or_near_tie, plain_run
+from specgen import bench as B
 from specgen.decoding import Generation
 from specgen.drafters import Draft, PromptLookup
 from specgen.errors import SpecgenError
@@ -213,8 +215,6 @@ def test_batch_aware_policy_stops_drafting_on_a_saturated_step():
 
 # =========================================================== the real model (Gemma 3 270M)
 
-from test_model import PROMPTS, assert_equal_or_near_tie, plain_run  # noqa: E402
-
 N_REAL = 16
 
 
@@ -239,7 +239,7 @@ def _jobs(engine):
 @pytest.mark.model
 @pytest.mark.parametrize("mode", ["plain", "lookup"])
 def test_three_requests_at_concurrency_3_match_sequential_greedy(shared, sequential_runs, mode):
-    kw = {} if mode == "plain" else dict(draft_max=4, drafter_for=lambda seq: PromptLookup())
+    kw = {} if mode == "plain" else {"draft_max": 4, "drafter_for": lambda seq: PromptLookup()}
     server = Server(shared, 3, ignore_eos=True, **kw)
     out = {r.job.id: r for r in server.serve(_jobs(shared))}
     for i, (tokens, top) in enumerate(sequential_runs):
@@ -272,8 +272,6 @@ def test_batched_draft_model_at_concurrency_3_matches_sequential_greedy(gemma_pa
 
 
 # =========================================================== the sweep (`specgen bench --concurrency`)
-
-from specgen import bench as B  # noqa: E402
 
 
 @pytest.mark.parametrize(
