@@ -336,6 +336,22 @@ def test_sweep_summary_finds_the_crossovers():
     assert x["throughput_ratio"]["1"] == pytest.approx(1.2)
 
 
+def test_sweep_summary_says_when_a_crossover_does_not_hold():
+    recs = [
+        _serve_record(1, "plain", 10.0, [1.0]), _serve_record(1, "lookup:k=8", 20.0, [0.5]),
+        _serve_record(4, "plain", 30.0, [2.0]), _serve_record(4, "lookup:k=8", 27.0, [2.1]),
+        _serve_record(8, "plain", 40.0, [3.0]), _serve_record(8, "lookup:k=8", 39.0, [2.5]),
+    ]
+    x = B.summarize_sweep(recs, ["plain", "lookup:k=8"])["crossover"]["lookup:k=8"]
+    assert (x["stops_cutting_latency_at"], x["cuts_again_at"]) == (4, [8])
+    assert (x["costs_throughput_from"], x["recovers_at"]) == (4, [8])  # 0.975× at 8 is within the noise band
+    from specgen.cli_bench import crossover_lines
+
+    line = crossover_lines(B.summarize_sweep(recs, ["plain", "lookup:k=8"]), [B.PLAIN, B.parse_config("lookup:k=8")])[0]
+    assert line.startswith("lookup:k=8: stops cutting p50 latency at concurrency 4 (yet cuts it again at 8); "
+                           "costs total throughput from concurrency 4 (not at 8).")
+
+
 @pytest.mark.model
 def test_sweep_records_carry_the_level_and_throughput(tmp_path):
     import json
