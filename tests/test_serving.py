@@ -392,7 +392,7 @@ def test_a_level_above_the_context_is_one_line(capsys):
     from specgen.cli import main
 
     with pytest.raises(SystemExit) as e:
-        main(["bench", "--concurrency", "1,64", "-c", "1024", "-n", "64", "--limit", "2", "--no-warmup"])
+        main(["bench", "--concurrency", "1,16", "-c", "1024", "-n", "64", "--limit", "2", "--no-warmup"])
     assert e.value.code != 0
     err = capsys.readouterr().err
-    assert err.startswith("specgen: error: --concurrency 64: a context of 1024 tokens holds at most") and err.count("\n") == 1
+    assert err.startswith("specgen: error: --concurrency 16: a context of 1024 tokens holds at most") and err.count("\n") == 1
