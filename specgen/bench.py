@@ -1097,7 +1097,17 @@ class SweepRunner:
             step = cost_profile(draft)["verify_s"][1] if draft is not None else 0.0
             self._curves[config.name] = (cost_profile(self.setup.target)["verify_s"], step)
         verify, step = self._curves[config.name]
-        return lambda: BatchCostAware(k, verify, step)
+        # One acceptance estimate per server, shared by its requests: a new
+        # request starts from what earlier ones taught (under load a fresh
+        # prior alone would never draft, so never learn that drafts pay).
+        shared: dict = {}
+
+        def make() -> BatchCostAware:
+            p = BatchCostAware(k, verify, step)
+            p.stats = shared
+            return p
+
+        return make
 
     def server(self, config: Config, level: int):
         from specgen.drafters import PromptLookup
