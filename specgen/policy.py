@@ -85,10 +85,13 @@ class CostAware:
     k · draft step. verify costs start from a measured profile and follow the
     round times actually observed. Estimates decay, so a bad patch is
     forgotten; while nothing is drafted, each key's estimate drifts back
-    toward its prior, so drafting is tried again after a while.
+    toward its prior and a short probing draft is verified now and then, so
+    drafting resumes when it pays again.
     """
 
     name = "cost"
+    PROBE_AFTER = 16  # plain rounds in a row before a probing draft
+    PROBE_K = 2
 
     def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0,
                  prior: float = 0.6, decay: float = 0.95) -> None:
@@ -99,6 +102,7 @@ class CostAware:
         self.prior = prior
         self.decay = decay
         self.stats: dict[int, _Acceptance] = {}
+        self._idle: dict[int, int] = {}  # plain rounds in a row, per key
 
     def _acc(self, key: int) -> _Acceptance:
         if key not in self.stats:
@@ -131,13 +135,27 @@ class CostAware:
             r = tokens / (self._verify(k + 1) + k * self.draft_step_s)
             if r > best:
                 best_k, best = k, r
-        if best_k == 0:
-            # No evidence is gathered while not drafting: drift back to the prior.
-            acc = self._acc(key)
-            for i in range(len(acc.reached)):
-                acc.reached[i] *= self.decay
-                acc.accepted[i] *= self.decay
-        return best_k
+        return self._explore(key, best_k, limit)
+
+    def _explore(self, key: int, best_k: int, limit: int) -> int:
+        """No evidence is gathered while not drafting: let estimates drift back
+        to the prior, and after PROBE_AFTER plain rounds in a row verify a
+        short draft anyway, so a policy that starts (or ends up) pessimistic
+        can still learn that drafts pay."""
+        if best_k > 0:
+            self._idle[key] = 0
+            return best_k
+        acc = self._acc(key)
+        for i in range(len(acc.reached)):
+            acc.reached[i] *= self.decay
+            acc.accepted[i] *= self.decay
+        self._idle[key] = self._idle.get(key, 0) + 1
+        # A drafter that costs forward passes probes half as often, one token.
+        costly = self.draft_step_s > 0
+        if self._idle[key] >= self.PROBE_AFTER * (2 if costly else 1) and limit > 0:
+            self._idle[key] = 0
+            return min(limit, 1 if costly else self.PROBE_K)
+        return 0
 
     def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
         if k > 0:

@@ -113,12 +113,7 @@ class BatchCostAware(CostAware):
             r = (base + tokens) / (self._verify(rows + k + 1) + k * self.draft_step_s)
             if r > best:
                 best_k, best = k, r
-        if best_k == 0:  # as CostAware: no evidence while not drafting, drift back to the prior
-            acc = self._acc(key)
-            for i in range(len(acc.reached)):
-                acc.reached[i] *= self.decay
-                acc.accepted[i] *= self.decay
-        return best_k
+        return self._explore(key, best_k, limit)  # as CostAware: drift to the prior, probe now and then
 
     def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
         # Acceptance only: a shared step's time is not this sequence's verify cost.
