@@ -110,3 +110,18 @@ def test_bench_config_names_policy():
     assert parse_config("lookup:k=4").policy == "fixed"
     with pytest.raises(SpecgenError, match="policy must be one of"):
         parse_config("lookup:policy=greedy")
+
+
+def test_pessimistic_start_probes_and_learns():
+    # A prior that says "never draft": only the probes can show that drafts pay.
+    p = CostAware(16, CPU, prior=0.05)
+    ks = feed(p, alpha=0.95, rounds=300)
+    assert ks[:10] == [0] * 10
+    assert np.mean(ks[-30:]) >= 4
+
+
+def test_costly_drafter_probes_rarely_and_short():
+    p = CostAware(16, CPU, draft_step_s=0.012, prior=0.05)
+    ks = feed(p, alpha=0.0, rounds=128)
+    probes = [k for k in ks if k]
+    assert 1 <= len(probes) <= 128 // 32 and set(probes) == {1}
