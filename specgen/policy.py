@@ -139,9 +139,9 @@ class CostAware:
 
     def _explore(self, key: int, best_k: int, limit: int) -> int:
         """No evidence is gathered while not drafting: let estimates drift back
-        to the prior, and after PROBE_AFTER plain rounds in a row verify a
-        short draft anyway, so a policy that starts (or ends up) pessimistic
-        can still learn that drafts pay."""
+        to the prior, and (prompt lookup) after PROBE_AFTER plain rounds in a
+        row verify a short draft anyway, so a policy that starts or ends up
+        pessimistic can still learn that drafts pay."""
         if best_k > 0:
             self._idle[key] = 0
             return best_k
@@ -150,11 +150,12 @@ class CostAware:
             acc.reached[i] *= self.decay
             acc.accepted[i] *= self.decay
         self._idle[key] = self._idle.get(key, 0) + 1
-        # A drafter that costs forward passes probes half as often, one token.
-        costly = self.draft_step_s > 0
-        if self._idle[key] >= self.PROBE_AFTER * (2 if costly else 1) and limit > 0:
+        # Only a free drafter (prompt lookup) probes. A draft model that has
+        # sat out also has its cache to catch up, which the cost model does
+        # not see: measured, its probes cost 10 % where drafting cannot pay.
+        if self.draft_step_s == 0 and self._idle[key] >= self.PROBE_AFTER and limit > 0:
             self._idle[key] = 0
-            return min(limit, 1 if costly else self.PROBE_K)
+            return min(limit, self.PROBE_K)
         return 0
 
     def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:

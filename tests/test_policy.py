@@ -120,8 +120,6 @@ def test_pessimistic_start_probes_and_learns():
     assert np.mean(ks[-30:]) >= 4
 
 
-def test_costly_drafter_probes_rarely_and_short():
+def test_costly_drafter_never_probes():
     p = CostAware(16, CPU, draft_step_s=0.012, prior=0.05)
-    ks = feed(p, alpha=0.0, rounds=128)
-    probes = [k for k in ks if k]
-    assert 1 <= len(probes) <= 128 // 32 and set(probes) == {1}
+    assert feed(p, alpha=0.0, rounds=128) == [0] * 128
