@@ -9,7 +9,8 @@ tools built from the llama-cpp-python sdist (see ../shared/BENCHMARKING.md):
 Measures:
   1. specgen --lookup decode tok/s vs llama-lookup, and vs llama-cpp-python's
      LlamaPromptLookupDecoding, on a copy-heavy prompt;
-  2. specgen --no-spec decode tok/s vs llama-bench tg;
+  2. specgen --no-spec decode tok/s vs llama-bench tg at the prompt's depth
+     (-d: the same tokens already cached, as after specgen's prefill);
   3. Python time per round outside llama.cpp calls, as a share of the round;
   4. peak RSS vs model file + KV cache.
 """
@@ -51,9 +52,18 @@ def llama_lookup(tools, model, k, n, threads, ctx):
     return {"tokens_per_s": float(m.group(3)), "acceptance": float(acc.group(1)) / 100 if acc else None}
 
 
-def llama_bench(tools, model, n, threads):
+def prompt_tokens(model) -> int:
+    from specgen.engine import Engine
+
+    with Engine(model, vocab_only=True) as e:
+        return len(e.tokenize(PROMPT.read_text()))
+
+
+def llama_bench(tools, model, n, threads, depth):
+    """tg speed with `depth` tokens already in the cache: the prompt specgen decodes after."""
     out = subprocess.run(
-        [str(Path(tools) / "llama-bench"), "-m", str(model), "-p", "0", "-n", str(n), "-t", str(threads), "-r", "1", "-o", "json"],
+        [str(Path(tools) / "llama-bench"), "-m", str(model), "-p", "0", "-n", str(n), "-d", str(depth),
+         "-t", str(threads), "-r", "1", "-o", "json"],
         capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL,
     )
     return {"tokens_per_s": json.loads(out.stdout)[0]["avg_ts"]}
@@ -181,6 +191,7 @@ def main() -> None:
     best_ll = max(v["median_tok_s"]["llama_lookup"] for v in res["k"].values())
     res["cost_policy"] = {"runs": cost_runs, "median_tok_s": statistics.median(cost_runs),
                           "vs_best_llama_lookup": statistics.median(cost_runs) / best_ll}
+    depth = prompt_tokens(model)
     plain: dict[str, list[float]] = {"specgen_plain": [], "llama_bench": []}
     for r in range(args.repeats):
         order = list(plain) if r % 2 == 0 else list(reversed(plain))
@@ -188,7 +199,7 @@ def main() -> None:
             if name == "specgen_plain":
                 v = specgen_run(model, ["--no-spec"], args.n, args.threads, args.ctx)["timings"]["tokens_per_s"]
             else:
-                v = llama_bench(args.tools, model, args.n, args.threads)["tokens_per_s"]
+                v = llama_bench(args.tools, model, args.n, args.threads, depth)["tokens_per_s"]
             plain[name].append(v)
     pm = {name: statistics.median(v) for name, v in plain.items()}
     res["plain"] = {"runs": plain, "median_tok_s": pm, "specgen_vs_llama_bench": pm["specgen_plain"] / pm["llama_bench"]}
@@ -203,7 +214,7 @@ def main() -> None:
     cp = res["cost_policy"]
     print(f"specgen lookup, cost policy (k <= {max(args.k)}): {cp['median_tok_s']:.1f} tok/s = "
           f"{cp['vs_best_llama_lookup']:.2f}x llama-lookup at its best k")
-    print(f"plain: specgen {pm['specgen_plain']:.1f} tok/s | llama-bench tg{args.n} {pm['llama_bench']:.1f} "
+    print(f"plain: specgen {pm['specgen_plain']:.1f} tok/s | llama-bench tg{args.n} @ d{depth} {pm['llama_bench']:.1f} "
           f"({res['plain']['specgen_vs_llama_bench']:.3f}x)")
     po = res["python_overhead"]
     print(f"python outside llama_decode: {100 * po['python_share']:.2f}% of the round ({po['python_ms_per_round']:.3f} ms/round)")

@@ -124,6 +124,7 @@ class Engine:
         self._kv: list[list[int]] = [[] for _ in range(n_seq_max)]
         self._kv_valid = [True] * n_seq_max
         self.n_decodes = 0  # llama_decode calls, for accounting and tests
+        self._views: dict[tuple[int, int], np.ndarray] = {}
 
     # -- vocabulary -------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -247,8 +248,7 @@ class Engine:
         n_out = sum(n for _, _, n in parts)
         views = []
         if n_out:
-            base = llama.llama_get_logits(self._ctx)
-            allrows = np.ctypeslib.as_array(base, shape=(n_out, self.n_vocab))
+            allrows = self._logits(n_out)
             r = 0
             for _, _, n in parts:
                 views.append(allrows[r : r + n])
@@ -259,6 +259,17 @@ class Engine:
             self._kv[seq].extend(tokens)
             self._kv_valid[seq] = True
         return views
+
+    def _logits(self, n_out: int) -> np.ndarray:
+        """The output rows as one numpy view (cached while llama.cpp keeps its buffer)."""
+        base = llama.llama_get_logits(self._ctx)  # also waits for the graph and orders rows
+        key = (ctypes.cast(base, ctypes.c_void_p).value, n_out)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) > 64:
+                self._views.clear()
+            view = self._views[key] = np.ctypeslib.as_array(base, shape=(n_out, self.n_vocab))
+        return view
 
     def sync(self, seq: int, tokens: Sequence[int]) -> np.ndarray:
         """Make the sequence's cache hold exactly `tokens`; logits of the last.
