@@ -123,9 +123,13 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
         if mode == "draft":
             from specgen.vocab import n_shared, require_compatible
 
+            # The tokenizer check needs only the vocabulary: refuse a mismatch
+            # before loading the draft's weights.
+            with Engine(draft_path, vocab_only=True) as draft_vocab:
+                require_compatible(target, draft_vocab)
+                shared = n_shared(target, draft_vocab)
             draft_engine = Engine(draft_path, n_ctx=opts.ctx_size, **kw)
-            require_compatible(target, draft_engine)
-            drafter = DraftModel(draft_engine, n_shared(target, draft_engine), target.n_vocab, p_min=opts.p_min)
+            drafter = DraftModel(draft_engine, shared, target.n_vocab, p_min=opts.p_min)
         elif mode == "lookup":
             drafter = PromptLookup(opts.ngram_max, opts.ngram_min)
     except BaseException:

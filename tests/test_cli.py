@@ -122,6 +122,16 @@ def test_bad_inputs_one_line(tmp_path, gemma_path):
         assert needle in line, (args, line)
 
 
+def test_mismatched_draft_vocabulary_is_refused(tmp_path, gemma_path):
+    from ggufs import write_spm_gguf
+
+    tiny = write_spm_gguf(tmp_path / "tiny-spm.gguf")
+    line = _one_line_error(specgen("run", "hello", "-d", str(tiny), "-c", "512", stdin=""))
+    assert "tokenizer does not match" in line
+    res = specgen("check", str(gemma_path), str(tiny))
+    assert res.returncode == 1 and "incompatible" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_check_compatible_pair(gemma_path, draft_path):
     res = specgen("check", str(gemma_path), str(draft_path))
     assert res.returncode == 0, res.stderr
