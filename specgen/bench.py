@@ -37,7 +37,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from specgen.errors import SpecgenError
+from specgen.errors import SpecgenError, read_text_file
 from specgen.drafters import NGRAM_MAX
 
 BUNDLED = "requests.jsonl"
@@ -74,16 +74,7 @@ def load_requests(path: Path | None) -> list[Request]:
     """A request file (JSONL, or text with one prompt a line); None: the bundled set."""
     if path is None:
         return parse_requests(bundled_requests_text(), f"<bundled {BUNDLED}>", jsonl=True)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise SpecgenError(f"request file not found: {path}") from None
-    except IsADirectoryError:
-        raise SpecgenError(f"request file is a directory: {path}") from None
-    except UnicodeDecodeError:
-        raise SpecgenError(f"request file is not UTF-8 text: {path}") from None
-    except OSError as e:
-        raise SpecgenError(f"cannot read request file {path}: {e.strerror or e}") from None
+    text = read_text_file(path, "request file")
     jsonl = None
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         jsonl = True

@@ -16,7 +16,7 @@ import typer
 from typing_extensions import Annotated
 
 from specgen import __version__
-from specgen.errors import SpecgenError
+from specgen.errors import SpecgenError, read_text_file
 from specgen.drafters import NGRAM_MAX
 
 app = typer.Typer(
@@ -74,16 +74,7 @@ def _read_prompt(prompt: str | None, file: Path | None) -> str:
             if piped:
                 parts.append(piped)
         if file is not None:
-            try:
-                parts.append(file.read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                raise SpecgenError(f"prompt file not found: {file}") from None
-            except IsADirectoryError:
-                raise SpecgenError(f"prompt file is a directory: {file}") from None
-            except UnicodeDecodeError:
-                raise SpecgenError(f"prompt file is not UTF-8 text: {file}") from None
-            except OSError as exc:
-                raise SpecgenError(f"cannot read prompt file {file}: {exc.strerror}") from None
+            parts.append(read_text_file(file, "prompt file"))
     if prompt:
         parts.append(prompt)
     text = "\n".join(p.rstrip("\n") if i < len(parts) - 1 else p for i, p in enumerate(parts))

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from specgen.errors import SpecgenError
+from specgen.errors import SpecgenError, read_text_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,17 +86,9 @@ def _builtin_catalog() -> Path:
 
 
 def _read_toml(path: Path) -> dict:
+    text = read_text_file(path, "models file")
     try:
-        text = path.read_bytes().decode("utf-8")
         return tomllib.loads(text)
-    except FileNotFoundError:
-        raise SpecgenError(f"models file not found: {path}") from None
-    except IsADirectoryError:
-        raise SpecgenError(f"models file {path} is a directory") from None
-    except OSError as e:
-        raise SpecgenError(f"cannot read models file {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise SpecgenError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         # The message carries "(at line N, column M)".
         raise SpecgenError(f"{path}: invalid TOML: {e}") from None
