@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specgen.chat import ChatFormat, encode, render, segments, tokenize_segments
-from specgen.errors import SpecgenError
+from specgen.errors import SpecgenError, read_file_bytes
 
 STDIN = "-"
 
@@ -55,19 +55,9 @@ def read_source(file: str, stdin_bytes=None, max_bytes: int | None = None) -> So
         _check_size(len(data), max_bytes, "stdin")
         return Source(decode_text(data, "stdin"), "stdin", None)
     path = Path(file)
-    try:
-        if max_bytes is not None and path.is_file():
-            _check_size(path.stat().st_size, max_bytes, file)
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecgenError(f"no such file: {file}") from None
-    except IsADirectoryError:
-        raise SpecgenError(f"{file} is a directory: rewrite takes one file") from None
-    except PermissionError:
-        raise SpecgenError(f"cannot read {file}: permission denied") from None
-    except OSError as exc:
-        raise SpecgenError(f"cannot read {file}: {exc.strerror or exc}") from None
-    return Source(decode_text(data, file), file, path)
+    if max_bytes is not None and path.is_file():
+        _check_size(path.stat().st_size, max_bytes, file)
+    return Source(decode_text(read_file_bytes(path, "file"), file), file, path)
 
 
 def max_bytes_for(n_ctx: int) -> int:

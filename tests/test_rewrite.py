@@ -44,7 +44,7 @@ def test_decode_text_refuses_binary_and_non_utf8():
 
 
 def test_read_source(tmp_path):
-    assert "no such file: " in error_of(rw.read_source, str(tmp_path / "nope.txt"))
+    assert "file not found: " in error_of(rw.read_source, str(tmp_path / "nope.txt"))
     assert "is a directory" in error_of(rw.read_source, str(tmp_path))
     big = tmp_path / "big.txt"
     big.write_text("word " * 5000)
@@ -335,7 +335,7 @@ def test_bad_inputs_fail_before_the_model_loads(tmp_path, capsys):
     ro.write_text("read only\n")
     ro.chmod(0o444)
     cases = [
-        ([str(tmp_path / "missing.txt")], "no such file"),
+        ([str(tmp_path / "missing.txt")], "file not found"),
         ([str(tmp_path)], "is a directory"),
         ([str(binary)], "binary file"),
         ([str(latin)], "not UTF-8 text"),
