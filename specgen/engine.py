@@ -53,7 +53,8 @@ class VocabInfo:
     eot: int
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n
@@ -279,7 +280,7 @@ class Engine:
         """
         if not tokens:
             raise ValueError("sync needs at least one token")
-        keep = _common_prefix(self._kv[seq], tokens) if self._kv_valid[seq] else 0
+        keep = common_prefix(self._kv[seq], tokens) if self._kv_valid[seq] else 0
         keep = min(keep, len(tokens) - 1)  # the last token is re-fed for its logits
         self.truncate(seq, keep)
         rest = list(tokens[keep:])

@@ -17,6 +17,27 @@ model always 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
+
+
+def expected_tokens(alphas: Sequence[float]) -> float:
+    """E[tokens per round] drafting len(alphas) tokens (Leviathan et al.).
+
+    alphas[i]: probability that draft position i is accepted given the ones
+    before it were; the round always adds the target's own token, so the
+    result is 1 + Σ_j Π_{i<=j} alphas[i]. With one α at every position this
+    is (1 − α^(k+1)) / (1 − α).
+    """
+    tokens = reach = 1.0
+    for a in alphas:
+        reach *= a
+        tokens += reach
+    return tokens
+
+
+def expected_tokens_per_round(alpha: float, k: int) -> float:
+    """expected_tokens with the same acceptance α at each of k positions."""
+    return expected_tokens([alpha] * max(k, 0))
 
 
 class FixedK:
