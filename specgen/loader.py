@@ -84,6 +84,19 @@ ADAPTIVE_K_MAX = {"lookup": 16, "draft": 8, "plain": 0}
 POLICIES = ("cost", "heuristic", "fixed")
 
 
+def open_draft(target: Engine, path: Path, *, p_min: float = 0.0, **engine_kw) -> DraftModel:
+    """A draft model for `target`: the tokenizer check first (from the vocabulary
+    alone, before any weights load), then its engine. engine_kw as Engine's;
+    the caller closes `drafter.engine`."""
+    from specgen.vocab import n_shared, require_compatible
+
+    with Engine(path, vocab_only=True) as draft_vocab:
+        require_compatible(target, draft_vocab)
+        shared = n_shared(target, draft_vocab)
+    engine = Engine(path, **engine_kw)
+    return DraftModel(engine, shared, target.n_vocab, p_min=p_min)
+
+
 def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None):
     from specgen import policy
 
@@ -121,15 +134,8 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
     draft_engine = None
     try:
         if mode == "draft":
-            from specgen.vocab import n_shared, require_compatible
-
-            # The tokenizer check needs only the vocabulary: refuse a mismatch
-            # before loading the draft's weights.
-            with Engine(draft_path, vocab_only=True) as draft_vocab:
-                require_compatible(target, draft_vocab)
-                shared = n_shared(target, draft_vocab)
-            draft_engine = Engine(draft_path, n_ctx=opts.ctx_size, **kw)
-            drafter = DraftModel(draft_engine, shared, target.n_vocab, p_min=opts.p_min)
+            drafter = open_draft(target, draft_path, n_ctx=opts.ctx_size, p_min=opts.p_min, **kw)
+            draft_engine = drafter.engine
         elif mode == "lookup":
             drafter = PromptLookup(opts.ngram_max, opts.ngram_min)
     except BaseException:
