@@ -1069,50 +1069,29 @@ class SweepRunner:
     def __init__(self, setup: Setup, settings: Settings, levels: Sequence[int]) -> None:
         settings.validate()
         self.setup, self.settings, self.levels = setup, settings, list(levels)
-        self._curves: dict[str, tuple[list[float], float]] = {}
         self.timing = Timing()
 
     def _new_policy(self, config: Config):
-        from specgen import policy
-        from specgen.serving import BatchCostAware
+        from specgen.loader import make_policy
 
-        k = config.k or 0
-        if config.policy == "fixed" or k == 0:
-            return policy.FixedK
-        if config.policy == "heuristic":
-            return lambda: policy.Heuristic(k)
-        if config.name not in self._curves:  # measured (or read from cache) before serving: it uses sequence 0
-            from specgen.costs import cost_profile
-
-            draft = self.setup.draft_engines.get(config.name)
-            step = cost_profile(draft)["verify_s"][1] if draft is not None else 0.0
-            self._curves[config.name] = (cost_profile(self.setup.target)["verify_s"], step)
-        verify, step = self._curves[config.name]
         # One acceptance estimate per server, shared by its requests: a new
-        # request starts from what earlier ones taught (under load a fresh
-        # prior alone would never draft, so never learn that drafts pay).
+        # request starts from what earlier ones taught.
         shared: dict = {}
-
-        def make() -> BatchCostAware:
-            p = BatchCostAware(k, verify, step)
-            p.stats = shared
-            return p
-
+        draft = self.setup.draft_engines.get(config.name)
+        make = lambda: make_policy(config.policy, config.k or 0, self.setup.target, draft, shared=shared)  # noqa: E731
+        make()  # measures (or reads) the cost profiles now: measuring uses sequence 0, so never mid-serve
         return make
 
     def server(self, config: Config, level: int):
         from specgen.drafters import PromptLookup
-        from specgen.serving import BatchedDraftModel, Server
+        from specgen.serving import Server
 
         s, setup = self.settings, self.setup
-        k = config.k or 0
-        kw: dict = {"new_policy": self._new_policy(config)}
+        drafter = setup.drafters[config.name]
         if config.kind == "lookup":
-            kw["drafter_for"] = lambda seq: PromptLookup(config.ngram_max, config.ngram_min)
-        elif config.drafts_with_model:
-            dm = setup.drafters[config.name]
-            kw["batched"] = BatchedDraftModel(setup.draft_engines[config.name], dm.n_shared, dm.n_target_vocab, dm.p_min)
-        return Server(setup.target, level, draft_max=k, ignore_eos=s.ignore_eos, **kw)
+            drafter = PromptLookup(config.ngram_max, config.ngram_min)
+        return Server(setup.target, level, draft_max=config.k or 0, drafter=drafter, ignore_eos=s.ignore_eos,
+                      new_policy=self._new_policy(config))
 
     def serve_once(self, prepared: Sequence[Prepared], config: Config, level: int, max_tokens: int | None = None) -> dict:
         """The whole set at one level in one configuration; its "serve" record."""

@@ -60,28 +60,38 @@ def measure_verify(engine, max_rows: int = 32, repeats: int = 5) -> list[float]:
     return out
 
 
-def measure_draft_step(engine, repeats: int = 5) -> float:
-    """Seconds for one single-token step of a draft model."""
-    prompt = engine.tokenize("Measuring the cost of a draft step.")
-    engine.sync(0, prompt)
-    t = _time_pass(engine, prompt[-1:] * 2, 1, len(prompt), repeats)
+def measure_feed(engine, tokens: int = 64, repeats: int = 3) -> float:
+    """Seconds per token of a bulk feed (prefill) with logits on its last row only:
+    what catching a draft model's cache up costs."""
+    prompt = engine.tokenize("Measuring the cost of a prompt prefill, token by token. " * 16)
+    filler = (prompt * (tokens // len(prompt) + 1))[:tokens]
     engine.truncate(0, 0)
-    return t
+    _time_pass(engine, filler, len(filler), 0, 1)  # warm-up
+    times = []
+    for _ in range(repeats):
+        engine.truncate(0, 0)
+        t = time.perf_counter()
+        engine.decode(0, filler, 1)
+        times.append(time.perf_counter() - t)
+    engine.truncate(0, 0)
+    return min(times) / len(filler)
 
 
 def cost_profile(engine, *, cache: Path | None = None, refresh: bool = False) -> dict:
-    """The engine's verify curve, from the cache when measured before."""
+    """The engine's verify curve and bulk-feed cost, from the cache when measured before."""
     from specgen.registry import cache_dir
 
     cache = cache or cache_dir() / "costs"
     f = cache / f"{_key(engine.path, engine.n_threads, getattr(engine, 'n_gpu_layers', 0))}.json"
     if f.exists() and not refresh:
         try:
-            return json.loads(f.read_text())
+            prof = json.loads(f.read_text())
+            if "feed_s" in prof:  # profiles from before feed_s are measured again
+                return prof
         except (OSError, ValueError):
             pass  # a damaged cache entry is measured again
     prof = {"model": str(engine.path), "threads": engine.n_threads, "verify_s": measure_verify(engine),
-            "draft_step_s": None, "measured_at": time.time()}
+            "feed_s": measure_feed(engine), "measured_at": time.time()}
     cache.mkdir(parents=True, exist_ok=True)
     tmp = f.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(prof))

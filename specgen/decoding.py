@@ -17,9 +17,9 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from specgen.acceptance import accept_greedy, accept_sampled
-from specgen.drafters import Draft, Drafter
+from specgen.drafters import Draft, Drafter, Want
 from specgen.errors import SpecgenError
-from specgen.policy import FixedK
+from specgen.policy import FixedK, Situation
 from specgen.sampling import SamplingParams, probs, sample
 
 
@@ -46,7 +46,9 @@ class Stats:
     drafted_at: list[int] = field(default_factory=list)  # rounds that drafted >= i+1
     accepted_at: list[int] = field(default_factory=list)  # drafts accepted at position i+1
     k_chosen: Counter = field(default_factory=Counter)  # draft length per round
-    prefill_s: float = 0.0
+    prefill_s: float = 0.0  # the target's prompt prefill (and first token)
+    draft_prefill_s: float = 0.0  # the draft model's bulk feeds: its prompt prefill and catch-ups
+    draft_fed: int = 0  # tokens in those feeds
     total_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -92,6 +94,7 @@ class Stats:
     def timings(self) -> dict:
         return {
             "prefill_s": self.prefill_s,
+            "draft_prefill_s": self.draft_prefill_s,
             "ttft_s": self.prefill_s,
             "decode_s": self.decode_s,
             "total_s": self.total_s,
@@ -155,7 +158,7 @@ class Generation:
                 f"prompt has {len(prompt)} tokens but the context holds {target.n_ctx} (raise -c/--ctx-size)"
             )
         if draft_max < 0:
-            raise SpecgenError(f"draft length must be >= 1 (got {draft_max})")
+            raise SpecgenError(f"draft length must be >= 0 (got {draft_max})")
         self.target = target
         self.prompt = list(prompt)
         self.drafter = drafter if draft_max > 0 else None
@@ -194,14 +197,15 @@ class Generation:
                 break
         return kept
 
-    # -- the loop, as steps: the single-sequence iterator below and a
-    # -- multi-sequence server drive the same per-sequence state machine.
+    # -- the loop, as steps: the single-sequence iterator below and the
+    # -- concurrent server drive the same per-sequence state machine
+    # -- (begin → first → [limit → plan → settle]*), drafting through plan_step.
     def begin(self) -> None:
         """Start the clock; a fresh drafter state for this generation."""
         self._start = time.perf_counter()
         if self.drafter is not None:
-            self.drafter.begin()
-        self._context = list(self.prompt)
+            self.drafter.begin(self.seq)
+        self.context = list(self.prompt)
 
     @property
     def done(self) -> bool:
@@ -213,36 +217,37 @@ class Generation:
         tok = self._pick(row)
         st.prefill_s = time.perf_counter() - self._start
         r = Round(self._emit([tok]), 0, 0, 0.0, st.prefill_s)
-        self._context.extend(r.tokens)
+        self.context.extend(r.tokens)
         return self._account(r)
 
-    def plan(self) -> list[int] | None:
-        """Draft this round; the tokens to verify, `[last, d1 … dk]`, or None when done."""
+    def limit(self) -> int | None:
+        """The longest draft this round may verify; None when the generation is over."""
         if self.done:
             return None
-        context, target = self._context, self.target
-        base = len(context) - 1  # cached positions; context[-1] is unscored
-        if base + 1 > target.n_ctx:
+        base = len(self.context) - 1  # cached positions; context[-1] is unscored
+        if base + 1 > self.target.n_ctx:
             self.stats.stop_reason = "context_full"
             return None
-        limit = min(self.draft_max, self.max_tokens - len(self.tokens) - 1, target.n_ctx - base - 1)
-        t0 = time.perf_counter()
-        draft = Draft()
-        if limit > 0:
-            if self.drafter.free:  # see the proposal (and its key) before choosing k
-                draft = self.drafter.propose(context, limit, self.params, self.rng)
-                draft = draft.cut(self.policy.choose(draft.key, min(len(draft.tokens), limit)))
-            else:
-                k = self.policy.choose(0, limit)
-                if k:
-                    draft = self.drafter.propose(context, k, self.params, self.rng).cut(k)
-        self._draft, self._base = draft, base
-        self._t_planned = time.perf_counter()
-        self._draft_s = self._t_planned - t0
-        return [context[-1], *draft.tokens]
+        if self.drafter is None:
+            return 0
+        return max(0, min(self.draft_max, self.max_tokens - len(self.tokens) - 1, self.target.n_ctx - base - 1))
 
-    def settle(self, rows: np.ndarray) -> Round:
-        """Apply the acceptance rule to the verify rows; roll back the rejected tail."""
+    def situation(self, others_rows: int = 0, others_tokens: float = 0.0) -> Situation:
+        lag = self.drafter.lag(self.seq, self.context) if self.drafter is not None else 0
+        return Situation(lag, self.max_tokens - len(self.tokens), others_rows, others_tokens)
+
+    def plan(self, draft: Draft, draft_s: float = 0.0) -> list[int]:
+        """Take this round's draft; the tokens to verify, `[last, d1 … dk]`."""
+        self._draft, self._draft_s = draft, draft_s
+        self._base = len(self.context) - 1
+        self._t_planned = time.perf_counter()
+        return [self.context[-1], *draft.tokens]
+
+    def settle(self, rows: np.ndarray, shared: bool = False) -> Round:
+        """Apply the acceptance rule to the verify rows; roll back the rejected tail.
+
+        shared: the target pass held other sequences too, so its time is not
+        this round's verify cost."""
         draft, d = self._draft, self._draft.tokens
         if self.params.greedy:
             n_acc, nxt = accept_greedy(d, _LazyRows(rows, _argmax))
@@ -252,15 +257,20 @@ class Generation:
         if n_acc < len(d):
             self.target.truncate(self.seq, self._base + 1 + n_acc)
         emitted = self._emit(d[:n_acc] + [nxt])
-        self._context.extend(emitted)
+        self.context.extend(emitted)
         verify_s = time.perf_counter() - self._t_planned
-        self.policy.update(draft.key, len(d), n_acc, verify_s, self._draft_s)
+        self.policy.update(draft.key, len(d), n_acc, None if shared else verify_s, draft if draft.steps or draft.fed else None)
+        self.stats.draft_fed += draft.fed
+        self.stats.draft_prefill_s += draft.fed_s
         return self._account(Round(emitted, len(d), n_acc, self._draft_s, verify_s))
 
     def _account(self, r: Round) -> Round:
         self.stats.add(r)
         self.stats.total_s = time.perf_counter() - self._start
         return r
+
+    def want(self, k: int) -> Want:
+        return Want(self.seq, self.context, k, self.params, self.rng)
 
     def interrupt(self) -> None:
         """Mark the generation as cut short by the caller (e.g. Ctrl-C while printing)."""
@@ -273,8 +283,48 @@ class Generation:
         self.begin()
         try:
             yield self.first(self.target.sync(self.seq, self.prompt))
-            while (batch := self.plan()) is not None:
+            while (batch := plan_step([self], self.drafter)[0]) is not None:
                 yield self.settle(self.target.decode(self.seq, batch, len(batch)))
         except KeyboardInterrupt:
             self.interrupt()
             raise
+
+
+def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: int = 0) -> list[list[int] | None]:
+    """Plan one target pass for generations that share `drafter`: each one's verify
+    rows `[last, d1 … dk]`, or None for one that is over.
+
+    A free drafter (prompt lookup) proposes first, so a policy sees the
+    proposal and its key before it cuts k; for a costly one (a draft model)
+    every k is chosen first, then all sequences are drafted together. Each
+    policy is told the rest of the step: `busy_rows` already spoken for
+    (prefill chunks), the rows and expected tokens of the sequences planned
+    before it, one row and one token for each after it.
+    """
+    limits = [g.limit() for g in gens]
+    live = [(g, lim) for g, lim in zip(gens, limits) if lim is not None]
+    drafts: list[Draft] = [Draft() for _ in live]
+    t0 = time.perf_counter()
+    if drafter is not None and drafter.free:
+        asks = [i for i, (g, lim) in enumerate(live) if lim > 0]
+        for i, d in zip(asks, drafter.propose([live[i][0].want(live[i][1]) for i in asks])):
+            drafts[i] = d
+    rows, tokens = busy_rows, 0.0
+    ks = []
+    for i, (g, lim) in enumerate(live):
+        later = len(live) - i - 1
+        key = drafts[i].key
+        limit = min(len(drafts[i].tokens), lim) if drafter is not None and drafter.free else lim
+        k = g.policy.choose(key, limit, g.situation(rows + later, tokens + later)) if limit > 0 else 0
+        ks.append(k)
+        rows += k + 1
+        tokens += g.policy.expected_tokens(key, k)
+    if drafter is not None and drafter.free:
+        drafts = [d.cut(k) for d, k in zip(drafts, ks)]
+    elif drafter is not None:
+        asks = [i for i, k in enumerate(ks) if k > 0]
+        for i, d in zip(asks, drafter.propose([live[i][0].want(ks[i]) for i in asks])):
+            drafts[i] = d.cut(ks[i])
+    draft_s = time.perf_counter() - t0
+    planned = iter(g.plan(d, draft_s) for (g, _), d in zip(live, drafts))
+    return [next(planned) if lim is not None else None for lim in limits]

@@ -1,23 +1,43 @@
-"""Drafters: cheap proposers of the next few tokens.
+"""Drafters: cheap proposers of the next few tokens, for one or many sequences.
 
-A drafter has one job: given the accepted context (prompt + generated tokens,
-the last of which the target has not scored yet) and a length k, propose up to
-k tokens. `Draft.q` carries, for a drafter that samples, the distribution
-each token was drawn from (rejection sampling needs it); None means the
-drafter had no distribution (a point mass on each proposed token).
+One interface serves the single-sequence loop and the concurrent server alike
+(as llama.cpp's speculative API takes a vector of per-sequence requests):
+`propose(wants)` gets one `Want` per sequence drafting this step (its accepted
+context, the last token of which the target has not scored yet, a length k,
+its sampling parameters and rng) and returns one `Draft` each.
 
-To add a drafter, implement `propose` and `begin` (called before each
-generation, so a drafter that indexes its context can start afresh).
+`Draft.q` carries, for a drafter that samples, the distribution each token was
+drawn from (rejection sampling needs it); None means the drafter had no
+distribution (a point mass on each proposed token). A draft model also says
+what its proposal cost: the drafting steps proper, and apart from them any
+bulk catch-up of its cache (its prompt prefill, the tokens settled while it sat
+out), so a policy never books a prefill as a draft step.
+
+To add a drafter, subclass `PerSequence` (independent per-sequence state) or
+implement the four members of `Drafter`.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 import numpy as np
 
+from specgen.engine import common_prefix, prefill
 from specgen.sampling import SamplingParams, probs, sample
+
+
+@dataclass
+class Want:
+    """One sequence's request for a draft."""
+
+    seq: int
+    context: Sequence[int]  # accepted tokens; the last is not scored by the target yet
+    k: int
+    params: SamplingParams = SamplingParams()
+    rng: np.random.Generator | None = None
 
 
 @dataclass
@@ -25,21 +45,47 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     q: list[np.ndarray] | None = None
     key: int = 0  # groups rounds of alike acceptance for a policy (lookup: match length)
+    steps: int = 0  # draft-model passes that produced these tokens
+    step_s: float = 0.0  # their time
+    fed: int = 0  # tokens fed in bulk to bring the drafter's cache up to the context first
+    fed_s: float = 0.0  # that catch-up's time (the draft's prompt prefill on the first round)
 
     def cut(self, k: int) -> "Draft":
-        return Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.key)
+        d = Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.key)
+        d.steps, d.step_s, d.fed, d.fed_s = self.steps, self.step_s, self.fed, self.fed_s
+        return d
 
 
 class Drafter(Protocol):
     name: str
     free: bool  # proposing costs (next to) nothing: draft first, then choose k
 
-    def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Draft: ...
+    def begin(self, seq: int) -> None:
+        """A new generation starts on sequence `seq` (its context may not extend the last one)."""
 
-    def begin(self) -> None:
-        """A new generation starts (its context may not extend the last one)."""
+    def lag(self, seq: int, context: Sequence[int]) -> int:
+        """Tokens the drafter must feed before it can draft for this context (0 when free)."""
+
+    def propose(self, wants: Sequence[Want]) -> list[Draft]: ...
+
+
+class PerSequence:
+    """A drafter whose sequences are independent: implement `propose_one`."""
+
+    name = "per-sequence"
+    free = True
+
+    def begin(self, seq: int) -> None:
+        pass
+
+    def lag(self, seq: int, context: Sequence[int]) -> int:
+        return 0
+
+    def propose(self, wants: Sequence[Want]) -> list[Draft]:
+        return [self.propose_one(w.context, w.k, w.params, w.rng, w.seq) for w in wants]
+
+    def propose_one(self, context, k, params=None, rng=None, seq=0) -> Draft:
+        raise NotImplementedError
 
 
 # -- prompt lookup -----------------------------------------------------------
@@ -47,7 +93,7 @@ class Drafter(Protocol):
 NGRAM_MAX = 4  # as llama.cpp's lookup: measured better than 3 on copy-heavy prompts
 
 
-def lookup_draft(tokens: Sequence[int], k: int, ngram_max: int = 3, ngram_min: int = 1) -> list[int]:
+def lookup_draft(tokens: Sequence[int], k: int, ngram_max: int = NGRAM_MAX, ngram_min: int = 1) -> list[int]:
     """Reference n-gram lookup (linear scan), the specification of PromptLookup.
 
     For n from ngram_max down to ngram_min: find the latest earlier occurrence
@@ -64,12 +110,19 @@ def lookup_draft(tokens: Sequence[int], k: int, ngram_max: int = 3, ngram_min: i
     return []
 
 
-class PromptLookup:
-    """Prompt-lookup decoding with an incremental n-gram index (O(k) a round).
+class _NgramIndex:
+    """Each n-gram → the end of its latest occurrence that has a following token."""
 
-    The index maps each n-gram to the end of its latest occurrence that has
-    at least one following token, so a lookup of the context's own suffix
-    finds the previous occurrence, never itself.
+    def __init__(self) -> None:
+        self.index: dict[tuple[int, ...], int] = {}
+        self.tokens: list[int] = []
+
+
+class PromptLookup(PerSequence):
+    """Prompt-lookup decoding with an incremental n-gram index per sequence (O(k) a round).
+
+    A lookup of the context's own suffix finds the previous occurrence, never
+    itself, because an n-gram is indexed only once a token follows it.
     """
 
     name = "lookup"
@@ -80,93 +133,136 @@ class PromptLookup:
             raise ValueError("need 1 <= ngram_min <= ngram_max")
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
-        self.begin()
+        self._seqs: dict[int, _NgramIndex] = {}
 
-    def begin(self) -> None:
-        self._index: dict[tuple[int, ...], int] = {}
-        self._tokens: list[int] = []
-        self.last_match = 0  # n-gram length of the last proposal (0: none)
+    def begin(self, seq: int = 0) -> None:
+        self._seqs[seq] = _NgramIndex()
 
-    def _extend(self, context: Sequence[int]) -> None:
-        seen = len(self._tokens)
+    def _extend(self, state: _NgramIndex, context: Sequence[int]) -> None:
+        seen = len(state.tokens)
         if len(context) < seen:  # not an extension: index afresh
-            self.begin()
+            state.index.clear()
+            state.tokens.clear()
             seen = 0
-        self._tokens.extend(context[seen:])
-        toks = self._tokens
+        state.tokens.extend(context[seen:])
+        toks, index = state.tokens, state.index
         # Index n-grams ending at positions seen-1 … len-1 (exclusive ends
         # `end` with a continuation token toks[end] now known).
         for end in range(max(seen, 1), len(toks)):
             for n in range(self.ngram_min, min(self.ngram_max, end) + 1):
-                self._index[tuple(toks[end - n : end])] = end
+                index[tuple(toks[end - n : end])] = end
 
-    def propose(self, context, k, params=None, rng=None) -> Draft:  # noqa: ARG002
-        self._extend(context)
-        toks = self._tokens
+    def propose_one(self, context, k, params=None, rng=None, seq=0) -> Draft:  # noqa: ARG002
+        state = self._seqs.get(seq)
+        if state is None:
+            state = self._seqs[seq] = _NgramIndex()
+        self._extend(state, context)
+        toks = state.tokens
         size = len(toks)
-        self.last_match = 0
         if k <= 0:
             return Draft()
         for n in range(min(self.ngram_max, size - 1), self.ngram_min - 1, -1):
-            end = self._index.get(tuple(toks[size - n :]))
+            end = state.index.get(tuple(toks[size - n :]))
             if end is not None:
-                self.last_match = n
                 return Draft(toks[end : end + k], key=n)
         return Draft()
 
 
 # -- draft model -------------------------------------------------------------
 
+NORMAL_FEED = 2  # tokens a draft cache lags after a drafting round: its first draft step feeds them
+
 
 class DraftModel:
-    """A second, smaller GGUF model with its own context and KV cache.
+    """A second, smaller GGUF model with its own context: drafts every sequence together.
 
-    Its cache follows the accepted tokens: each round `sync` keeps the prefix
-    that still agrees (dropping rejected drafts) and feeds what is new (the
-    target's correction or bonus token), then k tokens are drafted one step at
-    a time. The last drafted token is never fed: nothing would read its logits.
+    Per call: each sequence's cache keeps the prefix that still agrees with its
+    context (rejected drafts drop out) and takes what is new, several
+    sequences per decode (chunked to n_batch); then one token is drafted for
+    every sequence still drafting per decode. The last drafted token is never
+    fed: nothing would read its logits. After a drafting round the cache lags
+    1–2 tokens, and feeding them is the first draft step; a larger lag (the
+    prompt, or tokens settled while drafting was off) is a bulk catch-up,
+    reported apart (`Draft.fed`, `Draft.fed_s`).
     """
 
     name = "draft"
     free = False
 
-    def __init__(self, engine, n_shared: int, n_target_vocab: int, seq: int = 0, p_min: float = 0.0) -> None:
+    def __init__(self, engine, n_shared: int, n_target_vocab: int, p_min: float = 0.0) -> None:
         self.engine = engine
         self.n_shared = n_shared  # ids both vocabularies have; rows are cut to it
         self.n_target_vocab = n_target_vocab  # q is padded to the target's p
-        self.seq = seq
         self.p_min = p_min  # stop drafting once the draft's top probability falls below this
-        self.steps = 0  # draft-model forward passes, for cost accounting
+        self.steps = 0  # draft-model decodes, for accounting and tests
 
-    def begin(self) -> None:
-        """Nothing to do: `sync` keeps whatever cached prefix still agrees."""
+    def begin(self, seq: int = 0) -> None:
+        """Nothing to do: the next proposal keeps whatever cached prefix still agrees."""
 
-    def propose(self, context, k, params, rng) -> Draft:
-        if k <= 0:
-            return Draft()
-        row = self.engine.sync(self.seq, context)
-        self.steps += 1
-        tokens: list[int] = []
-        qs: list[np.ndarray] | None = None if params.greedy else []
-        for i in range(k):
-            logits = row[: self.n_shared]
-            if self.p_min > 0.0 and i > 0 and _top_prob(logits) < self.p_min:
-                break
-            if qs is None:
-                tok = int(np.argmax(logits))
-            else:
-                q = np.zeros(self.n_target_vocab)
-                q[: self.n_shared] = probs(logits, params)
-                tok = sample(q, rng)
-                qs.append(q)
-            tokens.append(tok)
-            if i + 1 < k:
-                row = self.engine.decode(self.seq, [tok], 1)[0]
+    def lag(self, seq: int, context: Sequence[int]) -> int:
+        return max(len(context) - len(self.engine.kv_tokens(seq)), 0)
+
+    def propose(self, wants: Sequence[Want]) -> list[Draft]:
+        wants = list(wants)
+        out = [Draft([], None if w.params.greedy else []) for w in wants]
+        live = [i for i, w in enumerate(wants) if w.k > 0]
+        if not live:
+            return out
+        rows = self._catch_up([wants[i] for i in live], [out[i] for i in live])
+        step = 0
+        while live:
+            feed, still = [], []
+            for i in live:
+                w, d = wants[i], out[i]
+                logits = rows[w.seq][: self.n_shared]
+                if step > 0 and self.p_min > 0.0 and top_prob(logits) < self.p_min:
+                    continue
+                if w.params.greedy:
+                    tok = int(np.argmax(logits))
+                else:
+                    q = np.zeros(self.n_target_vocab)
+                    q[: self.n_shared] = probs(logits, w.params)
+                    tok = sample(q, w.rng)
+                    d.q.append(q)
+                d.tokens.append(tok)
+                if len(d.tokens) < w.k:  # the last drafted token is never fed
+                    feed.append((w.seq, [tok], 1))
+                    still.append(i)
+            if feed:
+                t = time.perf_counter()
+                views = self.engine.decode_batch(feed)
+                dt = time.perf_counter() - t
                 self.steps += 1
-        return Draft(tokens, qs)
+                rows = {seq: v[0] for (seq, _, _), v in zip(feed, views)}
+                for i in still:
+                    out[i].steps += 1
+                    out[i].step_s += dt
+            live, step = still, step + 1
+        return out
+
+    def _catch_up(self, wants: list[Want], drafts: list[Draft]) -> dict[int, np.ndarray]:
+        """Bring each sequence's cache up to its context; the logits of each context's last token."""
+        eng = self.engine
+        items = []
+        for w in wants:
+            keep = min(common_prefix(eng.kv_tokens(w.seq), w.context), len(w.context) - 1)
+            eng.truncate(w.seq, keep)
+            items.append((w.seq, list(w.context[keep:])))
+        t = time.perf_counter()
+        rows = prefill(eng, items)
+        dt = time.perf_counter() - t
+        self.steps += 1
+        total = sum(len(toks) for _, toks in items)
+        for (_, toks), d in zip(items, drafts):
+            share = dt * len(toks) / total
+            if len(toks) > NORMAL_FEED:
+                d.fed, d.fed_s = len(toks), share
+            else:  # the usual 1-2 tokens: this pass is the first draft step
+                d.steps, d.step_s = 1, share
+        return rows
 
 
-def _top_prob(logits: np.ndarray) -> float:
+def top_prob(logits: np.ndarray) -> float:
     """Probability of the most likely token under plain softmax."""
     m = float(logits.max())
     return 1.0 / float(np.exp(logits - m, dtype=np.float32).sum())

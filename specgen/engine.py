@@ -64,6 +64,37 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def prefill(engine, items: Sequence[tuple[int, Sequence[int]]]) -> dict[int, np.ndarray]:
+    """Append each sequence's tokens to its cache, in as few decodes as n_batch allows
+    (several sequences per decode), with logits only on each sequence's last token.
+
+    items: (seq, tokens), tokens non-empty. Returns seq → that last row. Rows
+    read before a later decode are copied (a view dies with the next decode).
+    engine: anything with `decode_batch` and `n_batch` (the Engine, or a fake).
+    """
+    todo = [[seq, list(toks)] for seq, toks in items if len(toks)]
+    rows: dict[int, np.ndarray] = {}
+    fresh: list[int] = []  # rows that are views into the last decode's buffer
+    while todo:
+        for seq in fresh:  # keep them past the next decode
+            rows[seq] = rows[seq].copy()
+        fresh = []
+        budget, feed = engine.n_batch, []
+        for item in todo:
+            if budget == 0:
+                break
+            seq, rest = item
+            chunk, item[1] = rest[:budget], rest[budget:]
+            budget -= len(chunk)
+            feed.append((seq, chunk, 0 if item[1] else 1))
+        for (seq, _, n_logits), v in zip(feed, engine.decode_batch(feed)):
+            if n_logits:
+                rows[seq] = v[0]
+                fresh.append(seq)
+        todo = [t for t in todo if t[1]]
+    return rows
+
+
 class Engine:
     """One GGUF model with one llama.cpp context."""
 
@@ -275,20 +306,15 @@ class Engine:
     def sync(self, seq: int, tokens: Sequence[int]) -> np.ndarray:
         """Make the sequence's cache hold exactly `tokens`; logits of the last.
 
-        Reuses the longest cached prefix, prefills the rest in chunks of
-        n_batch with logits only for the final row. Returns a (n_vocab,) view.
+        Reuses the longest cached prefix and prefills the rest (`prefill`).
+        Returns a (n_vocab,) row.
         """
         if not tokens:
             raise ValueError("sync needs at least one token")
         keep = common_prefix(self._kv[seq], tokens) if self._kv_valid[seq] else 0
         keep = min(keep, len(tokens) - 1)  # the last token is re-fed for its logits
         self.truncate(seq, keep)
-        rest = list(tokens[keep:])
-        for start in range(0, len(rest), self.n_batch):
-            chunk = rest[start : start + self.n_batch]
-            last = start + self.n_batch >= len(rest)
-            out = self.decode(seq, chunk, 1 if last else 0)
-        return out[0]
+        return prefill(self, [(seq, tokens[keep:])])[seq]
 
     # -- lifetime ---------------------------------------------------------
     def close(self) -> None:

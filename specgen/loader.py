@@ -97,7 +97,11 @@ def open_draft(target: Engine, path: Path, *, p_min: float = 0.0, **engine_kw) -
     return DraftModel(engine, shared, target.n_vocab, p_min=p_min)
 
 
-def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None):
+def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None, *,
+                shared: dict | None = None):
+    """A fresh policy for one generation. cost: from the measured profiles of the
+    target (verify curve) and the draft model (one step, bulk feed); `shared`
+    acceptance statistics let a server's requests learn from each other."""
     from specgen import policy
 
     if name == "fixed" or k_max == 0:
@@ -107,8 +111,11 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
     from specgen.costs import cost_profile
 
     verify = cost_profile(target)["verify_s"]
-    step = cost_profile(draft_engine)["verify_s"][1] if draft_engine is not None else 0.0
-    return policy.CostAware(k_max, verify, step)
+    step = feed = 0.0
+    if draft_engine is not None:
+        draft = cost_profile(draft_engine)
+        step, feed = draft["verify_s"][1], draft["feed_s"]
+    return policy.CostAware(k_max, verify, step, feed, shared=shared)
 
 
 def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Loaded:

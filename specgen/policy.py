@@ -1,23 +1,28 @@
 """Draft-length policies: how many drafted tokens to verify this round (0 … k_max).
 
 Pure bookkeeping, no model calls. A policy sees each round's outcome through
-`update` and answers `choose(key, limit)`. `key` groups rounds whose
+`update` and answers `choose(key, limit, situation)`. `key` groups rounds whose
 acceptance behaves alike: for prompt lookup the length of the n-gram match
 (a 3-gram match is accepted far more often than a 1-gram one), for a draft
-model always 0.
+model always 0. `Situation` says what else the round holds: a drafter's cache
+to catch up first, the tokens left, and in a shared server step the other
+sequences' rows.
 
 - FixedK: always the limit (what `-k/--draft-max` means without --adaptive).
 - Heuristic: transformers' schedule, k += 2 after a fully accepted round,
   k -= 1 otherwise.
-- CostAware: estimates the acceptance probability at each draft position
-  (per key) and the cost of verifying n rows, and picks the k that maximises
-  expected tokens per second, k = 0 (a plain step) included.
+- CostAware: the k (0 included) that maximises expected tokens per second
+  under the measured costs, deciding by Thompson sampling over its acceptance
+  estimates (below).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
+
+import numpy as np
 
 
 def expected_tokens(alphas: Sequence[float]) -> float:
@@ -40,150 +45,212 @@ def expected_tokens_per_round(alpha: float, k: int) -> float:
     return expected_tokens([alpha] * max(k, 0))
 
 
-class FixedK:
+def verify_cost(curve: Sequence[float], rows: int) -> float:
+    """Seconds of a target pass with `rows` logit rows; curve[n] measured for n < len(curve)
+    (index 0 unused), extended linearly from its last two points beyond."""
+    if rows < len(curve):
+        return curve[rows]
+    return curve[-1] + (rows - len(curve) + 1) * (curve[-1] - curve[-2])
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What a round holds besides this sequence's own draft."""
+
+    lag: int = 0  # tokens the drafter must feed in bulk before it drafts (a draft model's catch-up)
+    remaining: int = 1 << 30  # tokens this generation may still emit
+    others_rows: int = 0  # rows the rest of a shared step holds
+    others_tokens: float = 0.0  # tokens the rest of that step is expected to emit
+
+
+ALONE = Situation()
+
+
+def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_step_s: float,
+              situation: Situation = ALONE) -> float:
+    """Expected tokens per second of a step in which this sequence verifies k drafts:
+    (others' tokens + E[tokens | k]) / (verify(others' rows + k + 1) + k · draft step).
+    Alone, this is Leviathan's speedup model with a measured verify curve; in a
+    shared step, extra rows buy fewer tokens than they cost everyone once the
+    machine saturates."""
+    s = situation
+    return (s.others_tokens + expected_tokens(alphas[:k])) / (
+        verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s
+    )
+
+
+class Policy:
+    """The interface, with a plain acceptance tally for `expected_tokens`."""
+
+    name = "policy"
+
+    def __init__(self) -> None:
+        self._drafted = self._accepted = 0
+
+    def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
+        raise NotImplementedError
+
+    def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
+        """A round's outcome. verify_s: the target pass's time when it was this
+        sequence's alone (None in a shared step); draft: the Draft verified
+        (its own cost accounting), None when nothing was drafted."""
+        self._drafted += k
+        self._accepted += accepted
+
+    def expected_tokens(self, key: int, k: int) -> float:
+        """Tokens a round of k drafts is expected to emit (for planning a shared step)."""
+        alpha = self._accepted / self._drafted if self._drafted else 0.5
+        return expected_tokens_per_round(alpha, k)
+
+
+class FixedK(Policy):
     name = "fixed"
 
-    def choose(self, key: int, limit: int) -> int:
+    def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
         return limit
 
-    def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
-        pass
 
-
-class Heuristic:
+class Heuristic(Policy):
     name = "heuristic"
 
     def __init__(self, k_max: int, k_start: int = 4) -> None:
+        super().__init__()
         self.k_max = k_max
         self.k = min(k_start, k_max)
 
-    def choose(self, key: int, limit: int) -> int:
+    def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
         return min(self.k, limit)
 
-    def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
-        if k == 0:
-            return
-        self.k = min(self.k + 2, self.k_max) if accepted == k else max(self.k - 1, 1)
+    def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
+        super().update(key, k, accepted)
+        if k:
+            self.k = min(self.k + 2, self.k_max) if accepted == k else max(self.k - 1, 1)
 
 
 @dataclass
-class _Acceptance:
-    """Decayed counts of 'reached position i' and 'accepted at position i'."""
+class Acceptance:
+    """Decayed counts of 'reached position i' and 'accepted at position i', with
+    the posterior they give: a Beta per position, whose prior mean is the
+    estimate at the position before (evidence at early positions speaks for
+    unseen later ones) and whose prior weighs `strength` rounds."""
 
     prior: float
+    strength: float = 2.0
     reached: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)
 
-    def rates(self, k: int, strength: float = 2.0) -> list[float]:
-        """α_0 … α_{k-1}. Each position's prior is the estimate of the one
-        before it, so evidence at early positions speaks for unseen later ones."""
-        out, prior = [], self.prior
+    def rates(self, k: int, z: float = 0.0) -> list[float]:
+        """α_0 … α_{k-1}: the posterior means (z = 0), or each shifted by z of its
+        posterior's standard deviation (a normal approximation of the Beta),
+        the same z at every position."""
+        out, prior, s = [], self.prior, self.strength
         for i in range(k):
             r = self.reached[i] if i < len(self.reached) else 0.0
             a = self.accepted[i] if i < len(self.accepted) else 0.0
-            prior = (a + strength * prior) / (r + strength)
-            out.append(prior)
+            mean = (a + s * prior) / (r + s)
+            if z:
+                sd = math.sqrt(mean * (1.0 - mean) / (r + s + 1.0))
+                out.append(min(max(mean + z * sd, 0.0), 1.0))
+            else:
+                out.append(mean)
+            prior = mean
         return out
 
     def add(self, k: int, accepted: int, decay: float) -> None:
         while len(self.reached) < k:
             self.reached.append(0.0)
             self.accepted.append(0.0)
-        for i in range(len(self.reached)):
-            self.reached[i] *= decay
-            self.accepted[i] *= decay
+        self.forget(decay)
         for i in range(min(accepted + 1, k)):  # positions the rule looked at
             self.reached[i] += 1.0
             if i < accepted:
                 self.accepted[i] += 1.0
 
+    def forget(self, decay: float) -> None:
+        for i in range(len(self.reached)):
+            self.reached[i] *= decay
+            self.accepted[i] *= decay
 
-class CostAware:
-    """Choose k to maximise expected tokens per second.
 
-    E[tokens | k] = 1 + Σ_{j<=k} Π_{i<=j} α_i   (α_i: acceptance at position i
-    given the earlier ones were accepted), cost(k) = verify(k + 1 rows) +
-    k · draft step. verify costs start from a measured profile and follow the
-    round times actually observed. Estimates decay, so a bad patch is
-    forgotten; while nothing is drafted, each key's estimate drifts back
-    toward its prior and a short probing draft is verified now and then, so
-    drafting resumes when it pays again.
+class CostAware(Policy):
+    """Choose k to maximise expected tokens per second, k = 0 (a plain step) included.
+
+    Costs: the target's verify curve (a measured profile, then the round times
+    observed), one draft step (the drafter's own step timings, never its
+    catch-up), and the per-token cost of a bulk catch-up of the draft's cache.
+    Acceptance: a posterior per draft position (per key), from decayed counts.
+
+    Each round draws one z ~ N(0, 1) and scores every k with the acceptance
+    estimates shifted by z standard deviations (Thompson sampling): where the
+    evidence is thin (a fresh prior, one unlucky round) draws spread widely and
+    some rounds draft anyway, so one rejection cannot end drafting; where it is
+    ample, draws sit at the estimates and the choice is the expected-best k.
+    While nothing is drafted no evidence arrives, so the counts fade (by
+    `idle_decay` a round) and the spread grows back: a drafter that cannot
+    pay is probed rarely, one whose acceptance changes is found again.
+
+    A draft model whose cache lags (its prompt not yet read, tokens settled
+    while it sat out) first pays the catch-up: it drafts only if catch-up +
+    the remaining tokens at the drafting rate beat the remaining tokens at the
+    plain rate.
     """
 
     name = "cost"
-    PROBE_AFTER = 16  # plain rounds in a row before a probing draft
-    PROBE_K = 2
 
-    def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0,
-                 prior: float = 0.6, decay: float = 0.95) -> None:
-        # verify_s[n] = seconds for a target pass with n logit rows (index 0 unused)
+    def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0, feed_s: float = 0.0, *,
+                 prior: float = 0.6, decay: float = 0.95, idle_decay: float = 0.98, seed: int = 0,
+                 shared: dict | None = None) -> None:
+        super().__init__()
         self.k_max = k_max
-        self.verify_s = list(verify_s)
+        self.verify_s = list(verify_s)  # verify_s[n]: a target pass with n logit rows (index 0 unused)
         self.draft_step_s = draft_step_s
+        self.feed_s = feed_s  # seconds per token of a bulk catch-up of the draft's cache
         self.prior = prior
         self.decay = decay
-        self.stats: dict[int, _Acceptance] = {}
-        self._idle: dict[int, int] = {}  # plain rounds in a row, per key
+        self.idle_decay = idle_decay
+        self.rng = np.random.default_rng(seed)
+        # key → Acceptance; a server passes one dict to all its requests' policies
+        self.stats: dict[int, Acceptance] = shared if shared is not None else {}
 
-    def _acc(self, key: int) -> _Acceptance:
-        if key not in self.stats:
-            self.stats[key] = _Acceptance(prior=self.prior)
-        return self.stats[key]
+    def _acc(self, key: int) -> Acceptance:
+        acc = self.stats.get(key)
+        if acc is None:
+            acc = self.stats[key] = Acceptance(prior=self.prior)
+        return acc
 
-    def _verify(self, rows: int) -> float:
-        v = self.verify_s
-        if rows < len(v):
-            return v[rows]
-        # beyond the profile: extend linearly from its last two points
-        return v[-1] + (rows - len(v) + 1) * (v[-1] - v[-2])
+    def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
+        """Expected tokens per second for k = 0 … len(alphas)."""
+        return [step_rate(alphas, k, self.verify_s, self.draft_step_s, situation) for k in range(len(alphas) + 1)]
 
-    def expected_rate(self, key: int, k: int) -> float:
-        """Expected tokens per second if k tokens are drafted and verified."""
-        tokens, reach = 1.0, 1.0
-        for a in self._acc(key).rates(k):
-            reach *= a
-            tokens += reach
-        return tokens / (self._verify(k + 1) + k * self.draft_step_s)
-
-    def choose(self, key: int, limit: int) -> int:
+    def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
         limit = min(limit, self.k_max)
-        alphas = self._acc(key).rates(limit)
-        best_k, best = 0, 1.0 / self._verify(1)
-        tokens, reach = 1.0, 1.0
-        for k in range(1, limit + 1):
-            reach *= alphas[k - 1]
-            tokens += reach
-            r = tokens / (self._verify(k + 1) + k * self.draft_step_s)
-            if r > best:
-                best_k, best = k, r
-        return self._explore(key, best_k, limit)
-
-    def _explore(self, key: int, best_k: int, limit: int) -> int:
-        """No evidence is gathered while not drafting: let estimates drift back
-        to the prior, and (prompt lookup) after PROBE_AFTER plain rounds in a
-        row verify a short draft anyway, so a policy that starts or ends up
-        pessimistic can still learn that drafts pay."""
-        if best_k > 0:
-            self._idle[key] = 0
-            return best_k
+        if limit <= 0:
+            return 0
         acc = self._acc(key)
-        for i in range(len(acc.reached)):
-            acc.reached[i] *= self.decay
-            acc.accepted[i] *= self.decay
-        self._idle[key] = self._idle.get(key, 0) + 1
-        # Only a free drafter (prompt lookup) probes. A draft model that has
-        # sat out also has its cache to catch up, which the cost model does
-        # not see: measured, its probes cost 10 % where drafting cannot pay.
-        if self.draft_step_s == 0 and self._idle[key] >= self.PROBE_AFTER and limit > 0:
-            self._idle[key] = 0
-            return min(limit, self.PROBE_K)
-        return 0
+        rates = self.rates(acc.rates(limit, z=float(self.rng.standard_normal())), situation)
+        k = max(range(limit + 1), key=rates.__getitem__)
+        if k and situation.lag > 2 and self.feed_s > 0:
+            left = max(situation.remaining, 1)
+            if situation.lag * self.feed_s + left / rates[k] >= left / rates[0]:
+                k = 0
+        if k == 0:
+            acc.forget(self.idle_decay)
+        return k
 
-    def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
+    def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
+        super().update(key, k, accepted)
         if k > 0:
             self._acc(key).add(k, accepted, self.decay)
-            if draft_s > 0 and self.draft_step_s > 0:
-                self.draft_step_s += 0.1 * (draft_s / k - self.draft_step_s)
+        if draft is not None:
+            if draft.steps and draft.step_s > 0:
+                step = draft.step_s / draft.steps
+                self.draft_step_s = step if self.draft_step_s <= 0 else self.draft_step_s + 0.1 * (step - self.draft_step_s)
+            if draft.fed and draft.fed_s > 0:
+                feed = draft.fed_s / draft.fed
+                self.feed_s = feed if self.feed_s <= 0 else self.feed_s + 0.3 * (feed - self.feed_s)
         rows = k + 1
-        if rows < len(self.verify_s) and verify_s > 0:
+        if verify_s and rows < len(self.verify_s):
             self.verify_s[rows] += 0.1 * (verify_s - self.verify_s[rows])
+
+    def expected_tokens(self, key: int, k: int) -> float:
+        return expected_tokens(self._acc(key).rates(k))

@@ -10,11 +10,12 @@ ONE `decode_batch` over all active sequences, bounded by n_batch:
   prompt's last row, in whatever budget the verify rows leave.
 
 Acceptance and rollback stay in `Generation.settle` (each sequence rolls back
-its own rejected tail); each request keeps its own seeded rng. A draft model
-drafts all sequences together, step by step, in its own context
-(`BatchedDraftModel`). The cost-aware policy sees the step it is planned into
-(`BatchCostAware`): it maximises the step's expected tokens per second, so
-drafting shrinks as the other rows saturate the machine.
+its own rejected tail); each request keeps its own seeded rng. Drafting goes
+through `decoding.plan_step`, as in a single-sequence run: a draft model
+drafts all sequences together, step by step, in its own context, and the
+cost-aware policy sees the step it is planned into: it maximises the step's
+expected tokens per second, so drafting shrinks as the other rows saturate
+the machine.
 
 The engine must be opened with n_seq_max >= slots; kv_unified=True keeps a
 mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
@@ -29,13 +30,11 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-import numpy as np
 
-from specgen.decoding import Generation
-from specgen.drafters import Draft
+from specgen.decoding import Generation, plan_step
 from specgen.errors import SpecgenError
-from specgen.policy import CostAware, FixedK
-from specgen.sampling import SamplingParams, probs, sample
+from specgen.policy import FixedK
+from specgen.sampling import SamplingParams
 
 MAX_SLOTS = 256  # llama.cpp's LLAMA_MAX_SEQ
 
@@ -77,191 +76,6 @@ def need_tokens(prompt_tokens: int, max_tokens: int, draft_max: int) -> int:
 def max_concurrency(n_ctx: int, need: int) -> int:
     """How many requests of `need` cache tokens one unified context holds at once."""
     return min(n_ctx // max(need, 1), MAX_SLOTS)
-
-
-# =============================================================== the batch-aware policy
-
-
-class BatchCostAware(CostAware):
-    """CostAware for one sequence in a shared step.
-
-    Before each choice the server says what the rest of the step holds:
-    `others_rows` rows and `others_tokens` tokens they are expected to emit.
-    k maximises the whole step's expected tokens per second,
-    (others_tokens + E[tokens | k]) / (verify(others_rows + k + 1) + k · draft step):
-    alone it is CostAware's rule; on a saturated machine (verify cost linear in
-    rows) extra rows buy fewer tokens than they cost everyone, so k falls to 0,
-    and it grows back as the batch drains. `choices` counts k by others_rows.
-    """
-
-    name = "cost"
-
-    def __init__(self, *args, **kw) -> None:
-        super().__init__(*args, **kw)
-        self.others_rows = 0
-        self.others_tokens = 0.0
-
-    def choose(self, key: int, limit: int) -> int:
-        limit = min(limit, self.k_max)
-        rows, base = self.others_rows, self.others_tokens
-        alphas = self._acc(key).rates(limit)
-        best_k, best = 0, (base + 1.0) / self._verify(rows + 1)
-        tokens = reach = 1.0
-        for k in range(1, limit + 1):
-            reach *= alphas[k - 1]
-            tokens += reach
-            r = (base + tokens) / (self._verify(rows + k + 1) + k * self.draft_step_s)
-            if r > best:
-                best_k, best = k, r
-        return self._explore(key, best_k, limit)  # as CostAware: drift to the prior, probe now and then
-
-    def update(self, key: int, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
-        # Acceptance only: a shared step's time is not this sequence's verify cost.
-        if k > 0:
-            self._acc(key).add(k, accepted, self.decay)
-
-    def expected_tokens(self, key: int, k: int) -> float:
-        tokens = reach = 1.0
-        for a in self._acc(key).rates(k):
-            reach *= a
-            tokens += reach
-        return tokens
-
-
-# =============================================================== batched draft model
-
-
-class BatchedDraftModel:
-    """A draft model drafting every active sequence together, in its own context.
-
-    Per step of the server: `prepare` takes each sequence's (context, k,
-    params, rng), brings each draft cache up to the accepted context (chunked
-    to n_batch, several sequences per decode), then drafts one token for every
-    sequence still drafting per decode_batch. `for_seq(seq)` is the drafter a
-    Generation holds: its `propose` hands out what `prepare` drafted.
-    """
-
-    name = "draft"
-    free = False
-
-    def __init__(self, engine, n_shared: int, n_target_vocab: int, p_min: float = 0.0) -> None:
-        self.engine = engine
-        self.n_shared = n_shared
-        self.n_target_vocab = n_target_vocab
-        self.p_min = p_min
-        self.steps = 0  # draft-model decode_batch calls
-        self._ready: dict[int, Draft] = {}
-
-    def for_seq(self, seq: int) -> "_SeqDraft":
-        return _SeqDraft(self, seq)
-
-    def reset(self, seq: int) -> None:
-        self.engine.truncate(seq, 0)
-        self._ready.pop(seq, None)
-
-    def prepare(self, wants: Sequence[tuple[int, list[int], int, SamplingParams, np.random.Generator]]) -> None:
-        """wants: (seq, context, k, params, rng) for each sequence drafting this step."""
-        self._ready = {}
-        wants = [w for w in wants if w[2] > 0]
-        if not wants:
-            return
-        rows = self._catch_up([(seq, ctx) for seq, ctx, *_ in wants])
-        out = {seq: Draft([], None if p.greedy else []) for seq, _, _, p, _ in wants}
-        live = {seq: (k, p, rng) for seq, _, k, p, rng in wants}
-        step = 0
-        while live:
-            feed = []
-            for seq in list(live):
-                k, params, rng = live[seq]
-                logits = rows[seq][: self.n_shared]
-                d = out[seq]
-                if step > 0 and self.p_min > 0.0 and _top_prob(logits) < self.p_min:
-                    del live[seq]
-                    continue
-                if params.greedy:
-                    tok = int(np.argmax(logits))
-                else:
-                    q = np.zeros(self.n_target_vocab)
-                    q[: self.n_shared] = probs(logits, params)
-                    tok = sample(q, rng)
-                    d.q.append(q)
-                d.tokens.append(tok)
-                if len(d.tokens) >= k:
-                    del live[seq]  # the last drafted token is never fed
-                else:
-                    feed.append((seq, [tok], 1))
-            if feed:
-                views = self.engine.decode_batch(feed)
-                self.steps += 1
-                rows = {seq: v[0] for (seq, _, _), v in zip(feed, views)}
-            step += 1
-        self._ready = out
-
-    def _catch_up(self, wants: Sequence[tuple[int, list[int]]]) -> dict[int, np.ndarray]:
-        """Make each sequence's draft cache hold its context; each context's last-row logits."""
-        eng = self.engine
-        todo = []
-        for seq, ctx in wants:
-            kv = eng.kv_tokens(seq)
-            keep = 0
-            n = min(len(kv), len(ctx) - 1)
-            while keep < n and kv[keep] == ctx[keep]:
-                keep += 1
-            eng.truncate(seq, keep)
-            todo.append([seq, list(ctx[keep:])])
-        rows: dict[int, np.ndarray] = {}
-        while todo:
-            budget, feed = eng.n_batch, []
-            for item in todo:
-                if budget == 0:
-                    break
-                seq, rest = item
-                chunk, item[1] = rest[:budget], rest[budget:]
-                budget -= len(chunk)
-                feed.append((seq, chunk, 0 if item[1] else 1))
-            views = eng.decode_batch(feed)
-            self.steps += 1
-            for (seq, _, n_logits), v in zip(feed, views):
-                if n_logits:
-                    rows[seq] = v[0].copy()  # a view dies with the next decode
-            todo = [t for t in todo if t[1]]
-        return rows
-
-
-class _SeqDraft:
-    """One sequence's face of a BatchedDraftModel, as a Generation's drafter."""
-
-    name = "draft"
-    free = False
-
-    def __init__(self, batched: BatchedDraftModel, seq: int) -> None:
-        self.batched, self.seq = batched, seq
-
-    def begin(self) -> None:
-        pass
-
-    def propose(self, context, k, params, rng) -> Draft:  # drafted in prepare()
-        return self.batched._ready.get(self.seq, Draft()).cut(k)
-
-
-def _top_prob(logits: np.ndarray) -> float:
-    m = float(logits.max())
-    return 1.0 / float(np.exp(logits - m, dtype=np.float32).sum())
-
-
-class _Decided:
-    """Wraps a policy so `choose` returns what the server already decided this step."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.k: int | None = None
-
-    def choose(self, key: int, limit: int) -> int:
-        k, self.k = self.k, None
-        return min(k, limit) if k is not None else self.inner.choose(key, limit)
-
-    def update(self, *args) -> None:
-        self.inner.update(*args)
 
 
 # =============================================================== the server
@@ -308,9 +122,10 @@ class ServeResult:
 class Server:
     """Serve jobs on `slots` sequences of one target engine, continuous batching.
 
-    drafter_for(seq): the drafter of a new request in that slot (None: plain),
-    or pass `batched` (a BatchedDraftModel) for a draft model. new_policy():
-    a fresh policy per request; BatchCostAware ones are told about the step.
+    drafter: one drafter for every slot (prompt lookup keeps an index per
+    sequence; a draft model drafts all sequences together in its own context),
+    None for plain decoding. new_policy(): a fresh policy per request; each
+    is told, when it chooses, what the rest of the step holds.
     """
 
     def __init__(
@@ -319,8 +134,7 @@ class Server:
         slots: int,
         *,
         draft_max: int = 0,
-        drafter_for: Callable[[int], object] | None = None,
-        batched: BatchedDraftModel | None = None,
+        drafter=None,
         new_policy: Callable[[], object] | None = None,
         ignore_eos: bool = False,
     ) -> None:
@@ -336,9 +150,8 @@ class Server:
             )
         self.target = target
         self.slots = slots
-        self.draft_max = draft_max if (drafter_for or batched) else 0
-        self.drafter_for = drafter_for
-        self.batched = batched
+        self.draft_max = draft_max if drafter is not None else 0
+        self.drafter = drafter if self.draft_max else None
         self.new_policy = new_policy or FixedK
         self.ignore_eos = ignore_eos
         self.steps = 0  # decode_batch calls on the target
@@ -399,18 +212,9 @@ class Server:
 
     # -- one step ---------------------------------------------------------
     def _admit(self, job: Job, seq: int, need: int, t0: float) -> _Active:
-        drafter = None
-        if self.batched is not None:
-            self.batched.reset(seq)
-            drafter = self.batched.for_seq(seq)
-        elif self.drafter_for is not None:
-            drafter = self.drafter_for(seq)
-        policy = self.new_policy()
-        if drafter is not None and self.batched is not None:
-            policy = _Decided(policy)
         gen = Generation(
-            self.target, job.prompt, drafter, draft_max=self.draft_max, max_tokens=job.max_tokens,
-            params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=policy,
+            self.target, job.prompt, self.drafter, draft_max=self.draft_max, max_tokens=job.max_tokens,
+            params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=self.new_policy(),
         )
         self.target.truncate(seq, 0)
         gen.begin()
@@ -431,7 +235,8 @@ class Server:
             prefill_parts.append((a, chunk, 1 if last else 0))
             budget -= len(chunk)
         prefill_rows = sum(len(c) for _, c, _ in prefill_parts)
-        self._plan(generating, prefill_rows)
+        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter, prefill_rows)):
+            a.planned = rows
         parts, owners = [], []
         for a in generating:
             if a.planned is not None:
@@ -443,49 +248,11 @@ class Server:
         self.step_log.append((len(parts), sum(len(a.planned or ()) for a in generating), prefill_rows))
         return parts, owners
 
-    def _plan(self, generating: list[_Active], prefill_rows: int) -> None:
-        """Each generating sequence's verify rows, its policy told about the rest of the step."""
-        rows_known = prefill_rows
-        tokens_known = 0.0
-        if self.batched is not None:
-            self._plan_batched(generating, rows_known)
-            return
-        for i, a in enumerate(generating):
-            pol = a.gen.policy
-            if isinstance(pol, BatchCostAware):
-                pol.others_rows = rows_known + (len(generating) - i - 1)  # later sequences: a row each, at least
-                pol.others_tokens = tokens_known + (len(generating) - i - 1)
-            a.planned = a.gen.plan()
-            if a.planned is not None:
-                rows_known += len(a.planned)
-                tokens_known += 1.0 + (len(a.planned) - 1) * _acceptance_guess(pol, a.gen)
-
-    def _plan_batched(self, generating: list[_Active], prefill_rows: int) -> None:
-        """A draft model: choose every k first, draft all sequences together, then plan."""
-        wants = []
-        rows_known, tokens_known = prefill_rows, 0.0
-        for i, a in enumerate(generating):
-            gen, wrapper = a.gen, a.gen.policy
-            limit = _draft_limit(gen)
-            inner = wrapper.inner
-            if isinstance(inner, BatchCostAware):
-                inner.others_rows = rows_known + (len(generating) - i - 1)
-                inner.others_tokens = tokens_known + (len(generating) - i - 1)
-            k = inner.choose(0, limit) if limit > 0 else 0
-            wrapper.k = k
-            rows_known += k + 1
-            tokens_known += 1.0 + (inner.expected_tokens(0, k) - 1.0 if isinstance(inner, BatchCostAware) else k)
-            if k > 0:
-                wants.append((a.seq, gen._context, k, gen.params, gen.rng))
-        self.batched.prepare(wants)
-        for a in generating:
-            a.planned = a.gen.plan()
-
     def _settle(self, generating: list[_Active], owners, views) -> list[_Active]:
         finished = [a for a in generating if a.planned is None]  # plan() said done (context full)
         for (a, kind), rows in zip(owners, views):
             if kind == "verify":
-                a.gen.settle(rows)
+                a.gen.settle(rows, shared=True)
                 if a.gen.done:
                     finished.append(a)
                 continue
@@ -501,15 +268,3 @@ class Server:
 def _mean(hist: Counter) -> float:
     n = sum(hist.values())
     return sum(k * v for k, v in hist.items()) / n if n else 0.0
-
-
-def _draft_limit(gen: Generation) -> int:
-    """The longest draft this round may verify (as Generation.plan computes it)."""
-    base = len(gen._context) - 1
-    return max(0, min(gen.draft_max, gen.max_tokens - len(gen.tokens) - 1, gen.target.n_ctx - base - 1))
-
-
-def _acceptance_guess(policy, gen: Generation) -> float:
-    """Tokens a draft row is expected to add: the request's acceptance so far (0.5 before any)."""
-    st = gen.stats
-    return st.acceptance_rate if st.drafted else 0.5

@@ -18,6 +18,15 @@ def gemma_path() -> Path:
 
 def make_q4_0_draft(target: Path, out: Path) -> Path:
     """A genuinely different draft sharing the vocabulary: requantized to Q4_0."""
+    return requantize(target, out, "q4_0")
+
+
+def make_f32_target(source: Path, out: Path) -> Path:
+    """The embedded model written out all-F32: a costlier target, beside which the Q4_0 draft pays."""
+    return requantize(source, out, "f32")
+
+
+def requantize(source: Path, out: Path, kind: str) -> Path:
     import llama_cpp as L
 
     if out.exists():
@@ -25,11 +34,14 @@ def make_q4_0_draft(target: Path, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + f".{os.getpid()}.part")
     p = L.llama_model_quantize_default_params()
-    p.ftype = L.LLAMA_FTYPE_MOSTLY_Q4_0
     p.allow_requantize = True
-    p.token_embedding_type = L.GGML_TYPE_Q4_0
     p.nthread = 2
-    if L.llama_model_quantize(str(target).encode(), str(tmp).encode(), p) != 0:
+    if kind == "q4_0":
+        p.ftype = L.LLAMA_FTYPE_MOSTLY_Q4_0
+        p.token_embedding_type = L.GGML_TYPE_Q4_0
+    else:
+        p.ftype = L.LLAMA_FTYPE_ALL_F32
+    if L.llama_model_quantize(str(source).encode(), str(tmp).encode(), p) != 0:
         raise RuntimeError("llama_model_quantize failed")
     os.replace(tmp, out)
     return out
@@ -40,6 +52,13 @@ def draft_path(gemma_path) -> Path:
     from specgen.registry import cache_dir
 
     return make_q4_0_draft(gemma_path, cache_dir() / "test-drafts" / "gemma-3-270m-q4_0.gguf")
+
+
+@pytest.fixture(scope="session")
+def f32_path(gemma_path) -> Path:
+    from specgen.registry import cache_dir
+
+    return make_f32_target(gemma_path, cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf")
 
 
 @pytest.fixture(scope="session")

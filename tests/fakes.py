@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from specgen.engine import common_prefix, prefill
 from specgen.errors import SpecgenError
 
 
 class FakeEngine:
-    def __init__(self, table: np.ndarray, n_ctx: int = 256, eog: int | None = None) -> None:
+    def __init__(self, table: np.ndarray, n_ctx: int = 256, eog: int | None = None, n_batch: int = 64) -> None:
         self.table = table  # table[prev] = logits of the token after prev
         self.n_vocab = table.shape[1]
         self.n_ctx = n_ctx
         self.eog = eog
         self.kv: dict[int, list[int]] = {}
+        self.n_batch = n_batch
         self.decodes: list[tuple[int, list[int], int]] = []  # (seq, tokens, n_logits)
+        self.batches: list[list[tuple[int, int, list[int], int]]] = []  # (seq, first position, tokens, n_logits)
         self.truncations: list[tuple[int, int]] = []
 
     def is_eog(self, tok: int) -> bool:
@@ -40,20 +43,27 @@ class FakeEngine:
         del self.kv.setdefault(seq, [])[n:]
 
     def decode(self, seq: int, tokens, n_logits: int = 1) -> np.ndarray:
-        kv = self.kv.setdefault(seq, [])
-        if len(kv) + len(tokens) > self.n_ctx:
+        return self.decode_batch([(seq, tokens, n_logits)])[0]
+
+    def decode_batch(self, parts):
+        """One pass over several sequences; the cache is one pool of n_ctx cells."""
+        rows = sum(len(t) for _, t, _ in parts)
+        assert rows <= self.n_batch, f"batch of {rows} rows exceeds n_batch"
+        assert len({s for s, _, _ in parts}) == len(parts), "a sequence twice in one batch"
+        if sum(len(kv) for kv in self.kv.values()) + rows > self.n_ctx:
             raise SpecgenError("context full")
-        self.decodes.append((seq, list(tokens), n_logits))
-        kv.extend(tokens)
-        return np.stack([self.table[t] for t in tokens[len(tokens) - n_logits :]]) if n_logits else np.empty((0, self.n_vocab))
+        self.batches.append([(s, len(self.kv.get(s, [])), list(t), n) for s, t, n in parts])
+        out = []
+        for s, t, n in parts:
+            self.decodes.append((s, list(t), n))
+            self.kv.setdefault(s, []).extend(t)
+            out.append(np.stack([self.table[x] for x in t[len(t) - n :]]) if n else np.empty((0, self.n_vocab)))
+        return out
 
     def sync(self, seq: int, tokens) -> np.ndarray:
-        kv = self.kv.setdefault(seq, [])
-        keep = 0
-        while keep < min(len(kv), len(tokens) - 1) and kv[keep] == tokens[keep]:
-            keep += 1
+        keep = min(common_prefix(self.kv.get(seq, []), tokens), len(tokens) - 1)
         self.truncate(seq, keep)
-        return self.decode(seq, tokens[keep:], 1)[0]
+        return prefill(self, [(seq, tokens[keep:])])[seq]
 
 
 def chain_table(n_vocab: int, step: int = 1) -> np.ndarray:

@@ -10,7 +10,7 @@ def test_copies_continuation_of_latest_match():
     toks = [1, 2, 3, 4, 9, 1, 2, 3, 5, 7, 1, 2, 3]
     # "1 2 3" occurred twice before; the latest is followed by 5 7
     assert lookup_draft(toks, 2) == [5, 7]
-    assert PromptLookup().propose(toks, 2).tokens == [5, 7]
+    assert PromptLookup().propose_one(toks, 2).tokens == [5, 7]
 
 
 def test_prefers_longest_ngram():
@@ -22,7 +22,7 @@ def test_prefers_longest_ngram():
 
 def test_no_match_proposes_nothing():
     assert lookup_draft([1, 2, 3, 4], 5) == []
-    assert PromptLookup().propose([1, 2, 3, 4], 5).tokens == []
+    assert PromptLookup().propose_one([1, 2, 3, 4], 5).tokens == []
 
 
 def test_draft_is_cut_at_k_and_at_context_end():
@@ -34,7 +34,7 @@ def test_draft_is_cut_at_k_and_at_context_end():
 def test_min_ngram_excludes_single_token_matches():
     toks = [1, 2, 3, 1]
     assert lookup_draft(toks, 3, ngram_max=3, ngram_min=2) == []
-    assert PromptLookup(3, 2).propose(toks, 3).tokens == []
+    assert PromptLookup(3, 2).propose_one(toks, 3).tokens == []
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -44,12 +44,12 @@ def test_incremental_index_matches_reference_scan(seed):
     d = PromptLookup(ngram_max=3, ngram_min=1)
     for _ in range(60):  # grow the context like the loop does, a few tokens a round
         k = int(rng.integers(1, 6))
-        assert d.propose(toks, k).tokens == lookup_draft(toks, k, 3, 1)
+        assert d.propose_one(toks, k).tokens == lookup_draft(toks, k, 3, 1)
         toks += [int(t) for t in rng.integers(0, 6, size=int(rng.integers(1, 4)))]
 
 
 def test_begin_forgets_previous_context():
     d = PromptLookup()
-    d.propose([1, 2, 1], 1)
+    d.propose_one([1, 2, 1], 1)
     d.begin()
-    assert d.propose([3, 4], 2).tokens == []
+    assert d.propose_one([3, 4], 2).tokens == []

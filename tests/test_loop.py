@@ -5,12 +5,12 @@ import pytest
 
 from fakes import FakeEngine, chain_table
 from specgen.decoding import Generation
-from specgen.drafters import Draft
+from specgen.drafters import Draft, PerSequence
 from specgen.errors import SpecgenError
 from specgen.sampling import SamplingParams
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(PerSequence):
     """Proposes tokens from a script: a list per round (cut to k)."""
 
     name = "scripted"
@@ -20,10 +20,7 @@ class ScriptedDrafter:
         self.rounds = list(rounds)
         self.calls = []
 
-    def begin(self):
-        pass
-
-    def propose(self, context, k, params, rng):
+    def propose_one(self, context, k, params=None, rng=None, seq=0):
         self.calls.append((list(context), k))
         return Draft(self.rounds.pop(0)[:k] if self.rounds else [])
 
