@@ -25,7 +25,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from specgen.engine import common_prefix, prefill
+from specgen.engine import common_prefix
 from specgen.sampling import SamplingParams, probs, sample
 
 
@@ -243,20 +243,17 @@ class DraftModel:
     def _catch_up(self, wants: list[Want], drafts: list[Draft]) -> dict[int, np.ndarray]:
         """Bring each sequence's cache up to its context; the logits of each context's last token."""
         eng = self.engine
-        items = []
-        for w in wants:
-            keep = min(common_prefix(eng.kv_tokens(w.seq), w.context), len(w.context) - 1)
-            eng.truncate(w.seq, keep)
-            items.append((w.seq, list(w.context[keep:])))
+        items = [(w.seq, w.context) for w in wants]
+        fed = [len(w.context) - min(common_prefix(eng.kv_tokens(w.seq), w.context), len(w.context) - 1) for w in wants]
         t = time.perf_counter()
-        rows = prefill(eng, items)
+        rows = eng.sync_many(items)
         dt = time.perf_counter() - t
         self.steps += 1
-        total = sum(len(toks) for _, toks in items)
-        for (_, toks), d in zip(items, drafts):
-            share = dt * len(toks) / total
-            if len(toks) > NORMAL_FEED:
-                d.fed, d.fed_s = len(toks), share
+        total = sum(fed)
+        for n, d in zip(fed, drafts):
+            share = dt * n / total
+            if n > NORMAL_FEED:
+                d.fed, d.fed_s = n, share
             else:  # the usual 1-2 tokens: this pass is the first draft step
                 d.steps, d.step_s = 1, share
         return rows

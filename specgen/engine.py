@@ -95,6 +95,20 @@ def prefill(engine, items: Sequence[tuple[int, Sequence[int]]]) -> dict[int, np.
     return rows
 
 
+def sync_many(engine, items: Sequence[tuple[int, Sequence[int]]]) -> dict[int, np.ndarray]:
+    """Make each sequence's cache hold exactly its tokens: keep the longest cached
+    prefix (the last token is always re-fed, for its logits), prefill the rest.
+    Returns seq → the logits row of its last token."""
+    feed = []
+    for seq, tokens in items:
+        if not tokens:
+            raise ValueError("sync needs at least one token")
+        keep = min(common_prefix(engine.kv_tokens(seq), tokens), len(tokens) - 1)
+        engine.truncate(seq, keep)
+        feed.append((seq, tokens[keep:]))
+    return prefill(engine, feed)
+
+
 class Engine:
     """One GGUF model with one llama.cpp context."""
 
@@ -304,17 +318,12 @@ class Engine:
         return view
 
     def sync(self, seq: int, tokens: Sequence[int]) -> np.ndarray:
-        """Make the sequence's cache hold exactly `tokens`; logits of the last.
+        """Make the sequence's cache hold exactly `tokens`; a (n_vocab,) row of the last's logits."""
+        return self.sync_many([(seq, tokens)])[seq]
 
-        Reuses the longest cached prefix and prefills the rest (`prefill`).
-        Returns a (n_vocab,) row.
-        """
-        if not tokens:
-            raise ValueError("sync needs at least one token")
-        keep = common_prefix(self._kv[seq], tokens) if self._kv_valid[seq] else 0
-        keep = min(keep, len(tokens) - 1)  # the last token is re-fed for its logits
-        self.truncate(seq, keep)
-        return prefill(self, [(seq, tokens[keep:])])[seq]
+    def sync_many(self, items: Sequence[tuple[int, Sequence[int]]]) -> dict[int, np.ndarray]:
+        """`sync` for several sequences at once (see the module function)."""
+        return sync_many(self, items)
 
     # -- lifetime ---------------------------------------------------------
     def close(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specgen.engine import common_prefix, prefill
+from specgen.engine import sync_many
 from specgen.errors import SpecgenError
 
 
@@ -61,9 +61,10 @@ class FakeEngine:
         return out
 
     def sync(self, seq: int, tokens) -> np.ndarray:
-        keep = min(common_prefix(self.kv.get(seq, []), tokens), len(tokens) - 1)
-        self.truncate(seq, keep)
-        return prefill(self, [(seq, tokens[keep:])])[seq]
+        return self.sync_many([(seq, tokens)])[seq]
+
+    def sync_many(self, items):
+        return sync_many(self, items)
 
 
 def chain_table(n_vocab: int, step: int = 1) -> np.ndarray:

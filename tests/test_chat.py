@@ -305,25 +305,27 @@ def status_lines(stderr):
 
 @pytest.fixture
 def count_prefill(monkeypatch):
-    """Record every Engine.sync: (engine, tokens, cached before, tokens actually decoded)."""
+    """Record every Engine sync of one sequence: (engine, tokens, cached before, tokens actually decoded)."""
     from specgen.engine import Engine
 
     decoded = Counter()
     calls = []
-    orig_batch, orig_sync = Engine.decode_batch, Engine.sync
+    orig_batch, orig_sync = Engine.decode_batch, Engine.sync_many
 
     def decode_batch(self, parts):
         decoded[id(self)] += sum(len(t) for _, t, _ in parts)
         return orig_batch(self, parts)
 
-    def sync(self, seq, tokens):
+    def sync_many(self, items):
+        assert len(items) == 1, "a chat syncs one sequence"
+        (seq, tokens), = items
         before, d0 = self.kv_tokens(seq), decoded[id(self)]
-        out = orig_sync(self, seq, tokens)
+        out = orig_sync(self, items)
         calls.append(SimpleNamespace(engine=id(self), tokens=list(tokens), before=before, decoded=decoded[id(self)] - d0))
         return out
 
     monkeypatch.setattr(Engine, "decode_batch", decode_batch)
-    monkeypatch.setattr(Engine, "sync", sync)
+    monkeypatch.setattr(Engine, "sync_many", sync_many)
     return calls
 
 

@@ -1,0 +1,182 @@
+"""Does the default cost policy use a draft model where drafting pays, and only there?
+
+Issue 9's goals, measured side by side in one run (interleaved, medians):
+  1. F32 target + Q4_0 draft (a pair where drafting pays on a CPU), one bundled
+     request per category, greedy and sampled (temperature 0.8): the default
+     `cost` policy vs fixed k in {1, 2, 3, 4, 6, 8}, and vs llama.cpp's
+     `llama-speculative-simple --spec-type draft-simple` at its best n-max;
+  2. the same pair on a prompt of >= 2,000 tokens (drafting must stay on);
+  3. Q4_K_M target + Q4_0 draft (drafting cannot pay), open-ended prompts:
+     default >= 0.95x plain.
+Speeds are decode tok/s as each tool reports it (specgen: tokens after the
+first over the time after the first, the draft's prompt prefill included).
+
+    python benchmarks/policy.py --tools /path/to/llama.cpp/build/bin [--n 96] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+FIXED = [1, 2, 3, 4, 6, 8]
+
+
+def models():
+    from conftest import make_f32_target, make_q4_0_draft
+    from specgen.registry import cache_dir, resolve_model
+
+    base = resolve_model(None)
+    d = cache_dir() / "test-drafts"
+    return base, make_f32_target(base, d / "gemma-3-270m-f32.gguf"), make_q4_0_draft(base, d / "gemma-3-270m-q4_0.gguf")
+
+
+def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1):
+    from specgen.decoding import Generation
+    from specgen.drafters import DraftModel
+    from specgen.loader import make_policy
+    from specgen.sampling import SamplingParams
+
+    target.truncate(0, 0)
+    draft.truncate(0, 0)
+    drafter = DraftModel(draft, target.n_vocab, target.n_vocab) if k else None
+    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True,
+                     params=SamplingParams(temperature=temp, seed=seed),
+                     policy=make_policy(policy, k, target, draft) if k else None)
+    for _ in gen:
+        pass
+    st = gen.stats
+    return {"tps": st.tokens_per_s, "acc": st.acceptance_rate, "k_hist": dict(st.k_chosen),
+            "draft_prefill_s": st.draft_prefill_s}
+
+
+def llama_spec(tools, target, draft, text, n, k, temp, threads, ctx):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(text + "\n")  # llama.cpp's -f drops one trailing newline
+    args = [str(Path(tools) / "llama-speculative-simple"), "-m", str(target), "-md", str(draft), "-f", f.name,
+            "-n", str(n), "-t", str(threads), "-td", str(threads), "-c", str(ctx), "-cd", str(ctx),
+            "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--temp", str(temp), "--seed", "1",
+            "--ignore-eos"]
+    out = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    log = out.stdout + out.stderr
+    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", log)
+    if out.returncode or not m:
+        raise RuntimeError(f"llama-speculative-simple failed:\n{log[-2000:]}")
+    acc = re.search(r"accept\s*=\s*([\d.]+)%", log)
+    return {"tps": float(m.group(3)), "acc": float(acc.group(1)) / 100 if acc else None}
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tools", help="llama.cpp build/bin (omit to skip llama.cpp)")
+    ap.add_argument("--n", type=int, default=96)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--parts", default="pair,long,nopay")
+    args = ap.parse_args()
+    from specgen.bench import load_requests
+    from specgen.engine import Engine
+
+    base, f32, q4 = models()
+    reqs, seen = [], set()
+    for r in load_requests(None):
+        if r.category not in seen and r.prompt:
+            seen.add(r.category)
+            reqs.append(r)
+    parts = args.parts.split(",")
+    kw = dict(n_ctx=args.ctx, n_threads=args.threads)
+    report = {}
+    with Engine(f32, **kw) as target, Engine(q4, **kw) as draft:
+        if "pair" in parts:
+            for temp in (0.0, 0.8):
+                rows = {}
+                for r in reqs:
+                    prompt = target.tokenize(r.prompt)
+                    res = {}
+                    for rep in range(args.repeats):
+                        order = [("plain", 0, "fixed"), ("default", 8, "cost")] + [(f"k={k}", k, "fixed") for k in FIXED]
+                        if rep % 2:
+                            order.reverse()
+                        for name, k, pol in order:
+                            res.setdefault(name, []).append(specgen_run(target, draft, prompt, args.n, k, pol, temp))
+                        if args.tools:
+                            for k in (2, 4, 8):
+                                res.setdefault(f"llama k={k}", []).append(
+                                    llama_spec(args.tools, f32, q4, r.prompt, args.n, k, temp, args.threads, args.ctx))
+                    rows[r.category] = {name: {"tps": median([x["tps"] for x in v]),
+                                               "acc": median([x["acc"] for x in v if x["acc"] is not None]),
+                                               **({"k_hist": v[-1]["k_hist"]} if name == "default" else {})}
+                                        for name, v in res.items()}
+                    print(json.dumps({"temp": temp, "category": r.category, **rows[r.category]}), flush=True)
+                report[f"pair temp={temp}"] = rows
+        if "long" in parts:
+            text = " ".join(r.prompt for r in load_requests(None) if r.prompt)
+            while len(target.tokenize(text)) < 2100:
+                text += "\n\n" + text
+            text = text[: len(text)]
+            prompt = target.tokenize(text)[:2100]
+            text = target.detokenize(prompt[1:])
+            prompt = target.tokenize(text)
+            res = {name: specgen_run(target, draft, prompt, args.n, k, pol, 0.0)
+                   for name, k, pol in [("plain", 0, "fixed"), ("default", 8, "cost"), ("k=4", 4, "fixed")]}
+            if args.tools:
+                res["llama k=4"] = llama_spec(args.tools, f32, q4, text, args.n, 4, 0.0, args.threads, args.ctx)
+            report["long"] = {"prompt_tokens": len(prompt), **res}
+            print(json.dumps(report["long"]), flush=True)
+    if "nopay" in parts:
+        with Engine(base, **kw) as target, Engine(q4, **kw) as draft:
+            opens = [r for r in load_requests(None) if r.category == "continuation" and r.prompt]
+            res = {}
+            for r in opens:
+                prompt = target.tokenize(r.prompt)
+                for name, k, pol in [("plain", 0, "fixed"), ("default", 8, "cost")]:
+                    res.setdefault(name, []).append(specgen_run(target, draft, prompt, args.n, k, pol, 0.0)["tps"])
+            report["nopay"] = {name: median(v) for name, v in res.items()}
+            print(json.dumps(report["nopay"]), flush=True)
+    summarize(report)
+
+
+def summarize(report: dict) -> None:
+    print("\n== summary (ratios) ==")
+    for key, rows in report.items():
+        if key.startswith("pair"):
+            print(f"\n{key}")
+            for cat, r in rows.items():
+                best_fixed = max(FIXED, key=lambda k: r[f"k={k}"]["tps"])
+                line = (f"  {cat:12s} plain {r['plain']['tps']:.1f} tok/s · default {r['default']['tps']:.1f} "
+                        f"({r['default']['tps'] / r['plain']['tps']:.2f}x plain, acc {r['default']['acc']:.2f}) · "
+                        f"best fixed k={best_fixed} {r[f'k={best_fixed}']['tps']:.1f} → default/best "
+                        f"{r['default']['tps'] / r[f'k={best_fixed}']['tps']:.2f}")
+                llama = [(k, v) for k, v in r.items() if k.startswith("llama")]
+                if llama:
+                    kb, vb = max(llama, key=lambda kv: kv[1]["tps"])
+                    line += (f" · {kb} {vb['tps']:.1f} (acc {vb['acc']:.2f}) → default/llama "
+                             f"{r['default']['tps'] / vb['tps']:.2f}")
+                print(line)
+        elif key == "long":
+            r = rows
+            line = f"\nlong prompt ({r['prompt_tokens']} tokens): default/plain {r['default']['tps'] / r['plain']['tps']:.2f}, "
+            line += f"default/k=4 {r['default']['tps'] / r['k=4']['tps']:.2f}, k chosen {r['default']['k_hist']}"
+            if "llama k=4" in r:
+                line += f", default/llama k=4 {r['default']['tps'] / r['llama k=4']['tps']:.2f}"
+            print(line)
+        elif key == "nopay":
+            print(f"\nQ4_K_M + Q4_0, open-ended: default/plain {rows['default'] / rows['plain']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
