@@ -36,7 +36,9 @@ class Round:
 
 @dataclass
 class Stats:
-    """Counters and timings, as defined in DESIGN.md (vLLM / llama.cpp names)."""
+    """Counters and timings, named and defined as vLLM's and llama.cpp's: rounds
+    (target passes), drafted, accepted, acceptance rate = accepted / drafted,
+    mean accepted length = generated / rounds, per-position acceptance."""
 
     prompt_tokens: int = 0
     generated: int = 0
@@ -102,6 +104,7 @@ class Stats:
         }
 
     def spec(self, draft_max: int) -> dict:
+        """The speculation counters, as in `specgen run --json`'s "spec" object."""
         return {
             "draft_max": draft_max,
             "rounds": self.rounds,
@@ -110,8 +113,19 @@ class Stats:
             "acceptance_rate": self.acceptance_rate,
             "mean_accepted_len": self.mean_accepted_len,
             "per_position": self.per_position,
-            "k_hist": {str(k): n for k, n in sorted(self.k_chosen.items())},
+            "k_hist": self.k_hist,
         }
+
+    @property
+    def k_hist(self) -> dict[str, int]:
+        return {str(k): n for k, n in sorted(self.k_chosen.items())}
+
+    def record(self) -> dict:
+        """The flat counters every record carries (bench runs, served requests)."""
+        spec = self.spec(0)
+        del spec["draft_max"]
+        return {"prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated, **spec,
+                "stop_reason": self.stop_reason}
 
 
 class _LazyRows:

@@ -100,21 +100,13 @@ class ServeResult:
             "id": self.job.id,
             **self.job.meta,
             "seq": self.seq,
-            "prompt_tokens": st.prompt_tokens,
-            "generated_tokens": st.generated,
+            **st.record(),
             "queue_s": self.queue_s,
             "ttft_s": self.ttft_s,
             "latency_s": self.latency_s,
             "service_s": self.latency_s - self.queue_s,  # admission → last token: a sequential run's total_s
             "tokens_per_s": (st.generated - 1) / decode_s if st.generated > 1 and decode_s > 0 else 0.0,
             "mean_step_rows": _mean(self.step_rows),  # how full the steps it shared were
-            "rounds": st.rounds,
-            "drafted": st.drafted,
-            "accepted": st.accepted,
-            "acceptance_rate": st.acceptance_rate,
-            "mean_accepted_len": st.mean_accepted_len,
-            "k_hist": {str(k): n for k, n in sorted(st.k_chosen.items())},
-            "stop_reason": st.stop_reason,
             "tokens": list(gen.tokens),
         }
 
