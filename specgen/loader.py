@@ -97,7 +97,11 @@ def open_draft(target: Engine, path: Path, *, p_min: float = 0.0, **engine_kw) -
     return DraftModel(engine, shared, target.n_vocab, p_min=p_min)
 
 
-def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None):
+def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None,
+                *, shared: dict | None = None):
+    """A fresh draft-length policy. shared: for requests served together
+    (specgen.serving); every cost policy made with the same dict plans for
+    the shared step and pools its acceptance estimates there."""
     from specgen import policy
 
     if name == "fixed" or k_max == 0:
@@ -108,7 +112,13 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
 
     verify = cost_profile(target)["verify_s"]
     step = cost_profile(draft_engine)["verify_s"][1] if draft_engine is not None else 0.0
-    return policy.CostAware(k_max, verify, step)
+    if shared is None:
+        return policy.CostAware(k_max, verify, step)
+    from specgen.serving import BatchCostAware
+
+    p = BatchCostAware(k_max, verify, step)
+    p.stats = shared
+    return p
 
 
 def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Loaded:
