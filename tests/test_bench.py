@@ -291,7 +291,13 @@ def test_summary_per_category_and_overall():
     # plain step 0.9 s / 9 rounds = 0.1 s; the spec runs: 4 rounds of k=4 at 0.5·spec/4, 1 round of k=0 at 0.1 s
     assert p["t_plain_step_ms"] == pytest.approx(100.0)
     assert p["t_verify_ms"] == pytest.approx(1000 * median([0.5 * 0.5 / 4, 2.0 * 0.5 / 4, 0.8 * 0.5 / 4]))
-    assert p["speedup_measured_tokens"] > 0 and p["speedup_by_k"] > 0
+    # lookup drafts cost 4 ms / 4 rounds = 1 ms a round; at α = 0.5, k = 4: E = 1 + .5 + .25 + .125 + .0625 tokens a round
+    assert p["speedup"] == pytest.approx(1.9375 * 0.1 / (0.001 + 0.1))
+    # by draft length: 3 × 4 rounds of k = 4 at verify 0.1 s (the median), 3 × 1 round of k = 0 at 0.1 s, each + 1 ms
+    cost = 12 * (0.1 + 0.001) + 3 * (0.1 + 0.001)
+    assert p["speedup_by_k"] == pytest.approx((12 * 1.9375 + 3 * 1.0) * 0.1 / cost)
+    # measured: 3 × 9 tokens after the first, over the same rounds and cost
+    assert p["speedup_measured_tokens"] == pytest.approx(27 * 0.1 / cost)
 
 
 # =========================================================== record file
