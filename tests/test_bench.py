@@ -300,6 +300,31 @@ def test_summary_per_category_and_overall():
     assert p["speedup_measured_tokens"] == pytest.approx(27 * 0.1 / cost)
 
 
+# =========================================================== the sweep's policies
+
+
+@pytest.mark.parametrize("policy, shares", [("cost", True), ("heuristic", False), ("fixed", False)])
+def test_sweep_policies_come_from_the_loader(monkeypatch, policy, shares):
+    """Cost policies of one server pool their acceptance (and see the shared step); each request gets its own."""
+    from specgen import policy as P
+    from specgen.serving import BatchCostAware
+
+    profiles = []
+    monkeypatch.setattr("specgen.costs.cost_profile", lambda e: profiles.append(e) or {"verify_s": [0.0] + [0.01] * 32})
+    cfg = B.parse_config(f"lookup:k=4,policy={policy}")
+    target = SimpleNamespace(n_batch=512)
+    runner = B.SweepRunner(B.Setup(target, None, [B.PLAIN, cfg], {}), B.Settings(), [2])
+    server = runner.server(cfg, 2)
+    assert len(profiles) == (1 if shares else 0)  # read before serving starts: measuring would use sequence 0
+    a, b = server.new_policy(), server.new_policy()
+    assert a is not b and type(a) is {"cost": BatchCostAware, "heuristic": P.Heuristic, "fixed": P.FixedK}[policy]
+    if shares:
+        a.update(0, 4, 4, 0.0, 0.0)
+        assert a.stats is b.stats and b.expected_tokens(0, 4) == a.expected_tokens(0, 4)
+        other = runner.server(cfg, 2).new_policy()
+        assert other.stats is not a.stats  # one estimate per server, not per sweep
+
+
 # =========================================================== record file
 
 

@@ -17,7 +17,10 @@ from specgen.bench.configs import Config
 from specgen.bench.models import Setup
 from specgen.bench.records import request_record, run_record
 from specgen.bench.requests import Request, request_tokens
+from specgen.decoding import Generation
 from specgen.errors import SpecgenError
+from specgen.loader import make_policy
+from specgen.sampling import SamplingParams
 
 WARMUP_TOKENS = 8
 
@@ -48,8 +51,6 @@ class Settings:
     warmup: bool = True
 
     def validate(self) -> None:
-        from specgen.sampling import SamplingParams
-
         if self.repeats < 1:
             raise SpecgenError(f"--repeats must be >= 1 (got {self.repeats})")
         if self.max_tokens < 1:
@@ -68,7 +69,7 @@ class Prepared:
     index: int
     tokens: list[int]
     max_tokens: int
-    params: object  # SamplingParams
+    params: SamplingParams
 
 
 @dataclass
@@ -115,8 +116,6 @@ class Runner:
 
     # -- preparation ------------------------------------------------------
     def prepare(self, requests: Sequence[Request]) -> list[Prepared]:
-        from specgen.sampling import SamplingParams
-
         t0 = time.perf_counter()
         s, target = self.settings, self.setup.target
         k_max = max((c.k or 0) for c in self.setup.configs)
@@ -140,9 +139,6 @@ class Runner:
     # -- one run ----------------------------------------------------------
     def run_one(self, p: Prepared, config: Config, max_tokens: int | None = None) -> dict:
         """One request through one configuration, from an empty cache; the run's record."""
-        from specgen.decoding import Generation
-        from specgen.loader import make_policy
-
         setup = self.setup
         target = setup.target
         drafter = setup.drafters[config.name]
