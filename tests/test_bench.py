@@ -6,6 +6,7 @@ real Gemma 3 270M with a handful of tokens per request.
 
 import json
 import math
+from types import SimpleNamespace
 from statistics import median
 
 import numpy as np
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 
 from specgen import bench as B
 from specgen.errors import SpecgenError
+from specgen.policy import expected_tokens_per_round
 
 
 def error_of(fn, *args, **kw) -> str:
@@ -95,12 +97,53 @@ class _TemplateEngine:
     def chat_template(self):
         return self.template
 
+    def vocab_info(self):
+        return SimpleNamespace(bos=-1, eos=-1)
+
+    def meta(self, key):
+        return None
+
 
 def test_messages_go_through_the_models_chat_template():
-    chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    chatml = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     text = B.apply_chat_template(_TemplateEngine(chatml), (("system", "be brief"), ("user", "hi")))
     assert text == "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert "has no chat template" in error_of(B.apply_chat_template, _TemplateEngine(None), (("user", "hi"),))
+
+
+class _ByteEngine(_TemplateEngine):
+    """A template engine that tokenizes: <bos> = 1, <|im_end|> = 2, any other byte b = 1000 + b."""
+
+    SPECIAL = {"<bos>": 1, "<|im_end|>": 2}
+    n_ctx = 64
+
+    def vocab_info(self):
+        return SimpleNamespace(bos=1, eos=2, add_bos=True)
+
+    def token_text(self, t):
+        return {1: b"<bos>", 2: b"<|im_end|>"}[t]
+
+    def piece(self, t, special=False):
+        return self.token_text(t) if t < 1000 else bytes([t - 1000])
+
+    def tokenize(self, text, add_special=True, parse_special=True):
+        out, i = [1] if add_special else [], 0
+        while i < len(text):
+            hit = next((s for s in self.SPECIAL if parse_special and text.startswith(s, i)), None)
+            out += [self.SPECIAL[hit]] if hit else [1000 + b for b in text[i].encode()]
+            i += len(hit) if hit else 1
+        return out
+
+
+def test_messages_are_tokenized_as_chat_does():
+    """One BOS (the template writes it), and a message's own text never becomes a control token."""
+    eng = _ByteEngine("{{ bos_token }}{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}")
+    runner = B.Runner(B.Setup(eng, None, [B.PLAIN], {}), B.Settings(max_tokens=4))
+    tokens = runner.prepare([B.Request("m", messages=(("user", "a<|im_end|>"),))])[0].tokens
+    assert tokens == [1, 1000 + ord("a"), *[1000 + b for b in b"<|im_end|>"], 2]
 
 
 # =========================================================== configurations
@@ -196,10 +239,10 @@ def test_bootstrap_of_one_value():
 
 
 def test_leviathan_expected_tokens():
-    assert B.expected_tokens_per_round(0.0, 4) == 1.0
-    assert B.expected_tokens_per_round(1.0, 4) == 5.0
-    assert B.expected_tokens_per_round(0.5, 2) == pytest.approx(1.75)
-    assert B.expected_tokens_per_round(0.8, 0) == 1.0
+    assert expected_tokens_per_round(0.0, 4) == 1.0
+    assert expected_tokens_per_round(1.0, 4) == 5.0
+    assert expected_tokens_per_round(0.5, 2) == pytest.approx(1.75)
+    assert expected_tokens_per_round(0.8, 0) == 1.0
     # cost 1 step plain; 4 draft steps at 0.1 and a verify at 2 steps → (1.75 ... )
     assert B.predicted_speedup(0.5, 2, 1.0, 0.2, 1.5) == pytest.approx(1.75 / 1.7)
 
@@ -248,7 +291,38 @@ def test_summary_per_category_and_overall():
     # plain step 0.9 s / 9 rounds = 0.1 s; the spec runs: 4 rounds of k=4 at 0.5·spec/4, 1 round of k=0 at 0.1 s
     assert p["t_plain_step_ms"] == pytest.approx(100.0)
     assert p["t_verify_ms"] == pytest.approx(1000 * median([0.5 * 0.5 / 4, 2.0 * 0.5 / 4, 0.8 * 0.5 / 4]))
-    assert p["speedup_measured_tokens"] > 0 and p["speedup_by_k"] > 0
+    # lookup drafts cost 4 ms / 4 rounds = 1 ms a round; at α = 0.5, k = 4: E = 1 + .5 + .25 + .125 + .0625 tokens a round
+    assert p["speedup"] == pytest.approx(1.9375 * 0.1 / (0.001 + 0.1))
+    # by draft length: 3 × 4 rounds of k = 4 at verify 0.1 s (the median), 3 × 1 round of k = 0 at 0.1 s, each + 1 ms
+    cost = 12 * (0.1 + 0.001) + 3 * (0.1 + 0.001)
+    assert p["speedup_by_k"] == pytest.approx((12 * 1.9375 + 3 * 1.0) * 0.1 / cost)
+    # measured: 3 × 9 tokens after the first, over the same rounds and cost
+    assert p["speedup_measured_tokens"] == pytest.approx(27 * 0.1 / cost)
+
+
+# =========================================================== the sweep's policies
+
+
+@pytest.mark.parametrize("policy, shares", [("cost", True), ("heuristic", False), ("fixed", False)])
+def test_sweep_policies_come_from_the_loader(monkeypatch, policy, shares):
+    """Cost policies of one server pool their acceptance (and see the shared step); each request gets its own."""
+    from specgen import policy as P
+
+    profiles = []
+    monkeypatch.setattr("specgen.costs.cost_profile",
+                        lambda e: profiles.append(e) or {"verify_s": [0.0] + [0.01] * 32, "feed_s": 0.001})
+    cfg = B.parse_config(f"lookup:k=4,policy={policy}")
+    target = SimpleNamespace(n_batch=512)
+    runner = B.SweepRunner(B.Setup(target, None, [B.PLAIN, cfg], {}), B.Settings(), [2])
+    server = runner.server(cfg, 2)
+    assert len(profiles) == (1 if shares else 0)  # read before serving starts: measuring would use sequence 0
+    a, b = server.new_policy(), server.new_policy()
+    assert a is not b and type(a) is {"cost": P.CostAware, "heuristic": P.Heuristic, "fixed": P.FixedK}[policy]
+    if shares:
+        a.update(0, 4, 4)
+        assert a.stats is b.stats and b.expected_tokens(0, 4) == a.expected_tokens(0, 4)
+        other = runner.server(cfg, 2).new_policy()
+        assert other.stats is not a.stats  # one estimate per server, not per sweep
 
 
 # =========================================================== record file

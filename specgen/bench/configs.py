@@ -1,0 +1,147 @@
+"""Bench configurations: `--config` parsed strictly into named ways of decoding.
+
+Plain is always measured; `lookup[:k=N,ngram=N,ngram_min=N]`, `draft=MODEL[:k=N]`
+and `pair=NAME[:k=N]` (each with an optional `policy=P`) add speculative
+ones. Default draft lengths and policy names are the loader's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from specgen.drafters import NGRAM_MAX
+from specgen.errors import SpecgenError
+from specgen.loader import ADAPTIVE_K_MAX, DEFAULT_DRAFT_MAX, POLICIES
+
+DEFAULT_CONFIGS = ("lookup:k=8",)
+MAX_K = 128
+# bench's default policy (fixed) first
+_POLICY_CHOICES = ("fixed", *(p for p in POLICIES if p != "fixed"))
+_CONFIG_USAGE = (
+    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P]"
+    f" (P: {', '.join(_POLICY_CHOICES)})"
+)
+_OPTIONS_RE = re.compile(r"[a-z_]+=[^,:]*(,[a-z_]+=[^,:]*)*")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way of decoding: plain, prompt lookup, or a draft model (by ref or pair)."""
+
+    kind: str  # plain | lookup | draft | pair
+    k: int | None = 0
+    ngram_max: int = NGRAM_MAX
+    ngram_min: int = 1
+    draft: str | None = None  # model reference, for kind draft (and pair, once resolved)
+    pair: str | None = None
+    policy: str = "fixed"  # draft-length policy (specgen.policy); k is its ceiling unless fixed
+
+    @property
+    def name(self) -> str:
+        if self.kind == "plain":
+            return "plain"
+        extra = [f"k={self.k}"] if self.k else []
+        if self.kind == "lookup":
+            if self.ngram_max != NGRAM_MAX:
+                extra.append(f"ngram={self.ngram_max}")
+            if self.ngram_min != 1:
+                extra.append(f"ngram_min={self.ngram_min}")
+        if self.policy != "fixed":
+            extra.append(f"policy={self.policy}")
+        head = "lookup" if self.kind == "lookup" else f"pair={self.pair}" if self.kind == "pair" else f"draft={self.draft}"
+        return head + (":" + ",".join(extra) if extra else "")
+
+    @property
+    def label(self) -> str:
+        """A short name for tables: a draft path shows only its file name."""
+        if self.kind == "draft" and self.draft and ("/" in self.draft or os.sep in self.draft):
+            return f"draft={Path(self.draft).name}:k={self.k}" + ("" if self.policy == "fixed" else f",policy={self.policy}")
+        return self.name
+
+    @property
+    def drafts_with_model(self) -> bool:
+        return self.kind in ("draft", "pair")
+
+
+PLAIN = Config("plain")
+
+
+def parse_config(text: str) -> Config:
+    """`lookup`, `lookup:k=16,ngram=4`, `draft=PATH_OR_NAME:k=4`, `pair=NAME`; strict."""
+    s = text.strip()
+    if s == "plain":
+        raise SpecgenError("--config plain: plain decoding is always measured; --config names speculative configurations")
+    if s == "lookup" or s.startswith("lookup:"):
+        opts = _options(s[len("lookup:") :] if ":" in s else "", ("k", "ngram", "ngram_min", "policy"), text)
+        policy = opts.get("policy", "fixed")
+        cfg = Config("lookup", opts.get("k", _default_k("lookup", policy)), opts.get("ngram", NGRAM_MAX), opts.get("ngram_min", 1),
+                     policy=policy)
+        if not cfg.ngram_min <= cfg.ngram_max:
+            raise SpecgenError(f"--config {text}: need ngram_min <= ngram")
+        return cfg
+    for kind in ("draft", "pair"):
+        if s.startswith(kind + "="):
+            ref, tail = _split_options(s[len(kind) + 1 :])
+            if not ref:
+                raise SpecgenError(f"--config {text}: {kind}= needs a {'model' if kind == 'draft' else 'pair name'}")
+            opts = _options(tail, ("k", "policy"), text)
+            policy = opts.get("policy", "fixed")
+            if kind == "draft":
+                return Config("draft", opts.get("k", _default_k("draft", policy)), draft=ref, policy=policy)
+            return Config("pair", opts.get("k"), pair=ref, policy=policy)
+    raise SpecgenError(f"unknown --config '{text}' ({_CONFIG_USAGE})")
+
+
+def _split_options(body: str) -> tuple[str, str]:
+    """`REF:k=4` → (REF, "k=4"); a ':' inside REF (hf:..., C:\\...) stays in REF."""
+    if ":" in body:
+        head, tail = body.rsplit(":", 1)
+        if _OPTIONS_RE.fullmatch(tail):
+            return head.strip(), tail
+    return body.strip(), ""
+
+
+def _default_k(kind: str, policy: str) -> int:
+    return DEFAULT_DRAFT_MAX[kind] if policy == "fixed" else ADAPTIVE_K_MAX[kind]
+
+
+def _options(text: str, allowed: tuple[str, ...], whole: str) -> dict:
+    out: dict = {}
+    if not text:
+        return out
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in allowed:
+            raise SpecgenError(f"--config {whole}: unknown option '{part}' (allowed: {', '.join(k + '=N' for k in allowed)})")
+        if key in out:
+            raise SpecgenError(f"--config {whole}: {key} given twice")
+        if key == "policy":
+            if value.strip() not in POLICIES:
+                raise SpecgenError(f"--config {whole}: policy must be one of {', '.join(_POLICY_CHOICES)} (got '{value}')")
+            out[key] = value.strip()
+            continue
+        try:
+            n = int(value)
+        except ValueError:
+            raise SpecgenError(f"--config {whole}: {key} must be an integer (got '{value}')") from None
+        if not 1 <= n <= (MAX_K if key == "k" else 16):
+            raise SpecgenError(f"--config {whole}: {key} must be in 1..{MAX_K if key == 'k' else 16} (got {n})")
+        out[key] = n
+    return out
+
+
+def parse_configs(texts: Iterable[str] | None) -> list[Config]:
+    """The speculative configurations (default: lookup:k=8); duplicates refused."""
+    texts = list(texts or DEFAULT_CONFIGS)
+    configs: list[Config] = []
+    for t in texts:
+        c = parse_config(t)
+        if c in configs:
+            raise SpecgenError(f"--config {c.name} given twice")
+        configs.append(c)
+    return configs

@@ -1,0 +1,247 @@
+"""Bench records: how each record is built, the record file, the CSV export.
+
+Every record dict the bench writes is built here: a run ("runs" of a request
+record), a request (its runs, greedy equality, per-config speedup), a serve
+batch of the concurrency sweep. The record file is JSONL: a meta line, then
+one line per finished request (or serve batch), flushed and fsynced, so Ctrl-C
+or a crash loses only the request in flight; `resume` skips the ids already
+recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from pathlib import Path
+from statistics import median
+from typing import Iterable, Mapping, Sequence
+
+from specgen.errors import SpecgenError
+
+
+# =============================================================== building records
+
+
+def by_k(values: Mapping[int, object]) -> dict[str, object]:
+    """Values keyed by draft length, as records carry them: string keys, ascending k."""
+    return {str(k): v for k, v in sorted(values.items())}
+
+
+def sum_by_k(hists: Iterable[Mapping[str, int]]) -> Counter:
+    """Histograms as records carry them (see by_k), added up."""
+    total: Counter = Counter()
+    for h in hists:
+        total.update({int(k): n for k, n in h.items()})
+    return total
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token; None if the sequences are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def run_record(gen, config, verify_by_k: dict, steady: list, first_draft_s: float) -> dict:
+    """One run of one request in one configuration (the Generation after its last round)."""
+    st = gen.stats
+    drafter = gen.drafter
+    return {
+        "config": config.name,
+        "draft_max": config.k or 0,
+        **st.record(),
+        "ttft_s": st.prefill_s,
+        "decode_s": st.decode_s,
+        "total_s": st.total_s,
+        "tokens_per_s": st.tokens_per_s,
+        "draft_s": st.draft_s,
+        "draft_prefill_s": st.draft_prefill_s,
+        "draft_first_s": first_draft_s,
+        "draft_steady": {"rounds": steady[0], "drafted": steady[1], "s": steady[2]},
+        "draft_kind": "model" if config.drafts_with_model else ("lookup" if drafter is not None else "none"),
+        "verify_by_k": by_k(verify_by_k),
+        "matches_plain": None,
+        "first_diff": None,
+        "tokens": list(gen.tokens),
+    }
+
+
+def request_record(p, runs: list[dict], config_names: Sequence[str]) -> dict:
+    """A finished request (a runner.Prepared): its runs, greedy token equality, and per-config speedup.
+
+    speedup = median plain latency ÷ median speculative latency (over repeats);
+    latency change = median speculative − median plain, in ms.
+    """
+    greedy = p.params.greedy
+    plain_runs = [r for r in runs if r["config"] == "plain"]
+    ref = plain_runs[0]["tokens"] if plain_runs else None
+    for r in runs:
+        if r["config"] != "plain" and greedy and ref is not None:
+            diff = first_difference(ref, r["tokens"])
+            r["matches_plain"] = diff is None
+            r["first_diff"] = diff
+    plain_lat = median(r["total_s"] for r in plain_runs)
+    speedup, change = {}, {}
+    for name in config_names:
+        if name == "plain":
+            continue
+        lat = median(r["total_s"] for r in runs if r["config"] == name)
+        speedup[name] = plain_lat / lat if lat > 0 else math.inf
+        change[name] = 1000.0 * (lat - plain_lat)
+    return {
+        "type": "request",
+        "id": p.req.id,
+        "category": p.req.category,
+        "line": p.req.line,
+        "prompt_tokens": len(p.tokens),
+        "max_tokens": p.max_tokens,
+        "temperature": p.params.temperature,
+        "seed": p.params.seed,
+        "runs": runs,
+        "speedup": speedup,
+        "latency_change_ms": change,
+    }
+
+
+def serve_record(level: int, config_name: str, requests: list[dict], wall: float, server) -> dict:
+    """One batch of the sweep: the whole set served at `level` in one configuration.
+
+    `requests`: each request's record (serving's ServeResult.record, with
+    concurrency and config added), in request order.
+    """
+    generated = sum(r["generated_tokens"] for r in requests)
+    k_hist = sum_by_k(r["k_hist"] for r in requests)
+    rows = [v + p for _, v, p in server.step_log]
+    return {
+        "type": "serve",
+        "concurrency": level,
+        "config": config_name,
+        "requests_served": len(requests),
+        "wall_s": wall,
+        "generated_tokens": generated,
+        "throughput_tokens_per_s": generated / wall if wall > 0 else 0.0,
+        "steps": server.steps,
+        "mean_rows_per_step": sum(rows) / len(rows) if rows else 0.0,
+        "mean_sequences_per_step": sum(n for n, _, _ in server.step_log) / len(rows) if rows else 0.0,
+        "k_hist": by_k(k_hist),
+        "requests": requests,
+    }
+
+
+# =============================================================== records file
+
+
+class RecordFile:
+    """The JSONL record file: a meta line, then one line per finished request.
+
+    Each line is written whole, flushed and fsynced. A half-written last line
+    (a crash mid-write) is dropped when the file is resumed.
+    """
+
+    def __init__(self, path: Path, meta: dict, *, resume: bool) -> None:
+        self.path = path
+        self.records: list[dict] = []
+        self._fh = None
+        exists = path.exists() and not path.is_dir() and path.stat().st_size > 0
+        if exists and not resume:
+            raise SpecgenError(f"{path} already holds records: use --resume to continue it, or another --out")
+        try:
+            if exists:
+                self._load(meta)
+                self._fh = open(path, "a", encoding="utf-8")
+            else:
+                self._fh = open(path, "w", encoding="utf-8")
+                self._write({"type": "meta", **meta})
+        except IsADirectoryError:
+            raise SpecgenError(f"cannot write --out {path}: it is a directory") from None
+        except OSError as e:
+            raise SpecgenError(f"cannot write --out {path}: {e.strerror or e}") from None
+
+    def _load(self, meta: dict) -> None:
+        raw = self.path.read_bytes()
+        end = raw.rfind(b"\n") + 1
+        if end < len(raw):  # a torn last line: that request never finished
+            with open(self.path, "r+b") as f:
+                f.truncate(end)
+        lines = raw[:end].decode("utf-8", errors="replace").splitlines()
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                raise SpecgenError(f"{self.path}:{n}: not a bench record (invalid JSON)") from None
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            if kind == "meta":
+                _check_meta(self.path, obj, meta)
+            elif kind == "request":
+                self.records.append(obj)
+            else:
+                raise SpecgenError(f"{self.path}:{n}: not a bench record")
+
+    def _write(self, obj: dict) -> None:
+        try:
+            self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as e:
+            raise SpecgenError(f"cannot write --out {self.path}: {e.strerror or e}") from None
+
+    def done_ids(self) -> set[str]:
+        return {r["id"] for r in self.records}
+
+    def append(self, record: dict) -> None:
+        self._write(record)
+        self.records.append(record)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+_RESUME_KEYS = ("model", "configs", "max_tokens", "repeats", "ignore_eos", "temperature")
+
+
+def _check_meta(path: Path, old: dict, new: dict) -> None:
+    for key in _RESUME_KEYS:
+        if key in new and old.get(key) != new.get(key):
+            raise SpecgenError(f"--resume: {path} was recorded with {key} = {old.get(key)!r}, not {new.get(key)!r}")
+
+# =============================================================== export
+
+CSV_COLUMNS = (
+    "id", "category", "config", "repeat", "slot", "prompt_tokens", "generated_tokens", "ttft_s", "decode_s",
+    "total_s", "tokens_per_s", "rounds", "drafted", "accepted", "acceptance_rate", "mean_accepted_len",
+    "per_position", "k_hist", "stop_reason", "matches_plain", "first_diff", "request_speedup",
+    "request_latency_change_ms",
+)
+
+
+def csv_rows(records: Sequence[dict]) -> Iterable[dict]:
+    """One flat row per run (per_position space-separated, k_hist as JSON)."""
+    for r in records:
+        for x in r["runs"]:
+            row = {c: x.get(c) for c in CSV_COLUMNS}
+            row["id"], row["category"] = r["id"], r["category"]
+            row["per_position"] = " ".join(f"{v:.4f}" for v in x["per_position"])
+            row["k_hist"] = json.dumps(x["k_hist"], separators=(",", ":"))
+            row["request_speedup"] = r["speedup"].get(x["config"])
+            row["request_latency_change_ms"] = r["latency_change_ms"].get(x["config"])
+            yield row
+
+
+def write_csv(path: Path, records: Sequence[dict]) -> None:
+    import csv
+
+    try:
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+            w.writeheader()
+            for row in csv_rows(records):
+                w.writerow(row)
+    except OSError as e:
+        raise SpecgenError(f"cannot write --csv {path}: {e.strerror or e}") from None
