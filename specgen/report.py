@@ -246,8 +246,11 @@ def _speedup_by_category(go, records, summary: dict, name: str, color: str):
               for m, (c, g, _) in zip(med, groups)],
         hoverinfo="text",
     ))
-    fig.add_hline(y=1.0, line={"color": PLAIN_COLOR, "dash": "dash"}, annotation_text="plain", annotation_position="right")
-    fig.update_layout(height=420, yaxis_title="speedup (plain ÷ speculative latency)", boxmode="overlay")
+    fig.add_hline(y=1.0, line={"color": PLAIN_COLOR, "dash": "dash"})
+    # On a log axis an annotation's y is log10 of the value: 0 is 1×.
+    fig.add_annotation(x=0, xref="paper", xanchor="left", y=0, yanchor="bottom", text="as fast as plain", showarrow=False,
+                       font={"color": PLAIN_COLOR})
+    fig.update_layout(height=380, yaxis_title="speedup (plain ÷ speculative latency)", boxmode="overlay")
     fig.update_yaxes(type="log")
     return fig
 
@@ -354,7 +357,7 @@ def _latency_throughput(go, summary, specs, colors):
                 hovertext=f"{name} stops cutting p50 latency at concurrency {stop}", hoverinfo="text",
             ))
             fig.add_annotation(x=s["throughput_tokens_per_s"], y=1000 * s["p50_latency_s"], text=f"crossover c={stop}",
-                               showarrow=True, arrowhead=2, ax=40, ay=-40)
+                               showarrow=True, arrowhead=2, ax=50, ay=40, bgcolor="rgba(255,255,255,0.85)")
     fig.update_layout(height=440, xaxis_title="total throughput, tokens/s (higher is better)",
                       yaxis_title="p50 latency, ms (lower is better)")
     return fig
@@ -373,8 +376,13 @@ def _ratios(go, summary, specs, colors):
             ))
         stop = x["stops_cutting_latency_at"]
         if stop is not None and x["cuts_latency_at"]:
-            fig.add_vline(x=stop, line={"color": colors[name], "dash": "dash"},
-                          annotation_text=f"{name}: crossover at c={stop}", annotation_position="top")
+            # A trace, not a shape: shapes and annotations take log10 positions on a log axis.
+            values = [v for key in ("latency_speedup", "throughput_ratio") for v in x[key].values() if v is not None]
+            fig.add_trace(go.Scatter(
+                x=[stop, stop], y=[min(values + [1 - NOISE_BAND]), max(values + [1 + NOISE_BAND])], mode="lines",
+                name=f"{name}: crossover at c={stop}", line={"color": colors[name], "dash": "dash", "width": 1},
+                hovertext=f"{name} stops cutting p50 latency at concurrency {stop}", hoverinfo="text",
+            ))
     fig.add_hrect(y0=1 - NOISE_BAND, y1=1 + NOISE_BAND, fillcolor=PLAIN_COLOR, opacity=0.15, line_width=0,
                   annotation_text=f"±{100 * NOISE_BAND:.0f}%: no change", annotation_position="bottom left")
     fig.update_layout(height=400, xaxis_title="concurrency (requests served at once)", yaxis_title="speculative ÷ plain (> 1 is better)")
@@ -401,11 +409,18 @@ def _num(v, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def _table(caption: str, head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
+def _cell(c) -> str:
+    """A value, or (value, detail) with the detail in small type below it."""
+    if isinstance(c, tuple):
+        return f'<td>{_e(c[0])}<br><span class="sub">{_e(c[1])}</span></td>'
+    return f"<td>{_e(c)}</td>"
+
+
+def _table(caption: str, head: Sequence[str], rows: Sequence[Sequence], cls: str = "") -> str:
     """Cells are escaped here; a row whose first cell is 'overall' is set in bold."""
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
     body = "".join(
-        ('<tr class="total">' if row and row[0] == "overall" else "<tr>") + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+        ('<tr class="total">' if row and row[0] == "overall" else "<tr>") + "".join(_cell(c) for c in row) + "</tr>"
         for row in rows
     )
     return f'<table class="{cls}"><caption>{_e(caption)}</caption><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
@@ -420,13 +435,13 @@ def _summary_table(summary: dict, name: str) -> str:
         tp = g["throughput"]
         rows.append([
             cat, str(g["requests"]),
-            f"{_x(g['median_speedup'])} [{g['median_ci95'][0]:.2f}–{g['median_ci95'][1]:.2f}]",
-            f"{_x(g['geomean_speedup'])} [{g['geomean_ci95'][0]:.2f}–{g['geomean_ci95'][1]:.2f}]",
-            _pct(g["slower_share"]), f"{_num(tp['plain_tokens_per_s'])}→{_num(tp['spec_tokens_per_s'])}",
+            (_x(g["median_speedup"]), f"{g['median_ci95'][0]:.2f}–{g['median_ci95'][1]:.2f}"),
+            (_x(g["geomean_speedup"]), f"{g['geomean_ci95'][0]:.2f}–{g['geomean_ci95'][1]:.2f}"),
+            _pct(g["slower_share"]), (_num(tp["spec_tokens_per_s"]), f"plain {_num(tp['plain_tokens_per_s'])}"),
             _pct(g["acceptance_rate"]), _num(g["mean_accepted_len"], "{:.2f}"), _x(g["decode_speedup"]),
             _x(g["prediction"]["speedup"]) if g["prediction"] else "-",
         ])
-    head = ("category", "n", "median speedup [95% CI]", "geomean [95% CI]", "slower", "tok/s plain→spec",
+    head = ("category", "n", "median speedup, 95% CI", "geomean, 95% CI", "slower", "tok/s",
             "accept", "len", "decode speedup", "predicted")
     return _table(f"plain vs {name}", head, rows, "summary")
 
@@ -456,7 +471,7 @@ def _sweep_table(summary: dict, names: Sequence[str]) -> str:
                 f"{1000 * s['p95_latency_s']:.0f}", f"{1000 * s['p50_ttft_s']:.0f}", _pct(s["acceptance_rate"]),
                 _num(s["mean_k"], "{:.2f}"), "-" if not m["compared"] else f"{m['equal']}/{m['compared']}",
             ])
-    return _table("served at once, per concurrency level", head, rows, "summary")
+    return _table("served at once, per concurrency level", head, rows, "summary sweep")
 
 
 def _crossover_list(summary: dict, specs: Sequence[str]) -> str:
@@ -491,14 +506,17 @@ header { padding: 16px 24px; background: #fff; border-bottom: 1px solid #ddd; }
 header h1 { margin: 0 0 4px; font-size: 20px; }
 header p { margin: 2px 0; color: #555; }
 .layout { display: flex; flex-wrap: wrap; gap: 16px; padding: 16px 24px; align-items: flex-start; }
-main { flex: 3 1 640px; min-width: 0; }
-aside { flex: 2 1 420px; min-width: 0; position: sticky; top: 8px; max-height: calc(100vh - 16px); overflow: auto; }
+main { order: 1; flex: 1 1 600px; min-width: 0; }
+aside { order: 2; flex: 0 1 620px; min-width: 0; position: sticky; top: 8px; max-height: calc(100vh - 16px); overflow: auto; }
 section, aside > * { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: 8px 12px; margin-bottom: 16px; }
 section h2 { font-size: 15px; margin: 4px 0 8px; }
 table { border-collapse: collapse; width: 100%; font-size: 12px; font-variant-numeric: tabular-nums; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
-th, td { padding: 3px 6px; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
-th:first-child, td:first-child, .requests td:nth-child(2) { text-align: left; }
+th, td { padding: 3px 5px; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
+th { white-space: normal; vertical-align: bottom; font-weight: 600; }
+th:first-child, td:first-child, .requests td:nth-child(2), .sweep td:nth-child(2) { text-align: left; }
+.sweep td:nth-child(2) { white-space: normal; }
+.sub { color: #777; font-size: 11px; }
 tr.total td { font-weight: 600; border-top: 1px solid #999; }
 summary { cursor: pointer; font-weight: 600; }
 .note, footer { color: #666; font-size: 12px; }
@@ -511,8 +529,9 @@ def _page(meta: dict, kind: str, charts, tables: Sequence[str]) -> str:
 
     sections = []
     for div_id, title, fig in charts:
-        fig.update_layout(template="plotly_white", margin={"l": 10, "r": 10, "t": 40, "b": 40},
-                          legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0})
+        fig.update_layout(template="plotly_white", margin={"l": 10, "r": 40, "t": 40, "b": 40},
+                          legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0},
+                          modebar={"orientation": "v"})  # on the right edge, clear of the legend
         body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{div_id}",
                            config={"displaylogo": False, "responsive": True})
         sections.append(f'<section id="{_e(div_id)}"><h2>{_e(title)}</h2>{body}</section>')
@@ -523,6 +542,8 @@ def _page(meta: dict, kind: str, charts, tables: Sequence[str]) -> str:
             facts.append(f"{label} {meta[key]}")
     when = f"recorded {meta['started']}" if "started" in meta else ""
     version = f"specgen {meta['specgen']}" if "specgen" in meta else "specgen"
+    # The tables come first in the page (CSS puts them on the right): a chart sizes
+    # itself when its script runs, so the column beside it must exist by then.
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -539,14 +560,15 @@ def _page(meta: dict, kind: str, charts, tables: Sequence[str]) -> str:
 <p>{_e(" · ".join(x for x in (when, version, "configurations: " + ", ".join(meta.get("configs", []))) if x))}</p>
 </header>
 <div class="layout">
-<main>
-{"".join(sections)}
-</main>
 <aside>
 {"".join(tables)}
 <p class="note">speedup = plain latency ÷ speculative latency (&gt; 1 is faster); intervals are bootstrap 95% over requests;
-decode speedup leaves out the prefill; predicted = Leviathan's formula from the measured acceptance and costs.</p>
+tok/s = all tokens ÷ all time, prefill included; decode speedup leaves out the prefill;
+predicted = Leviathan's formula from the measured acceptance and costs.</p>
 </aside>
+<main>
+{"".join(sections)}
+</main>
 </div>
 <footer>Made by specgen from the bench records; the charts are plotly, inlined: this page needs no network.</footer>
 </body>
