@@ -59,6 +59,10 @@ def bench(
 
     settings = B.Settings(max_tokens, repeats, ignore_eos, temp, top_k, top_p, min_p, seed, warmup)
     settings.validate()
+    if report is not None:
+        from specgen.report import require_plotly
+
+        require_plotly()
     if concurrency is not None:
         for flag, on in (("--resume", resume), ("--csv", csv_out is not None)):
             if on:

@@ -165,6 +165,11 @@ def report_file(records_path: Path, out: Path) -> None:
     write_report(out, meta, records)
 
 
+def require_plotly() -> None:
+    """Refuse early (before an hour of benchmarking) when the report could not be drawn."""
+    _plotly()
+
+
 def _plotly():
     try:
         import plotly.graph_objects as go
@@ -214,7 +219,8 @@ def _dumbbell(go, records, name: str, color: str):
                              marker={"color": PLAIN_COLOR, "size": 9}, text=hover, hoverinfo="text"))
     fig.add_trace(go.Scatter(x=[_median_ms(r, name) for r, _ in rows], y=ids, mode="markers", name=name,
                              marker={"color": color, "size": 9, "symbol": "diamond"}, text=hover, hoverinfo="text"))
-    fig.update_layout(height=140 + 22 * len(rows), xaxis_title="latency, ms (median over repeats)")
+    # 22 px a request; big sets get thinner rows (plotly then thins out the labels).
+    fig.update_layout(height=140 + min(22 * len(rows), max(1320, 6 * len(rows))), xaxis_title="latency, ms (median over repeats)")
     fig.update_yaxes(type="category", categoryorder="array", categoryarray=ids, automargin=True)
     return fig
 

@@ -184,10 +184,11 @@ def test_acceptance_pools_counts_not_rates():
 
 
 def test_fake_records_escape_ids_and_need_no_meta():
-    page = build_report({}, FAKE)
-    check_page(page)
+    hostile = request("</script><script>alert(1)</script>", "b", 1.0, 0.9)
+    page = build_report({}, [*FAKE, hostile])
+    check_page(page)  # the id closed no element
     assert "<td>&lt;b&gt;odd &amp; id&lt;/b&gt;</td>" in page
-    assert "<b>odd & id</b>" not in page.replace('"<b>odd & id</b>', "")  # only inside the figure's JSON
+    assert "<script>alert(1)" not in page  # in the tables escaped, in the charts' JSON as \u003c
 
 
 def test_missing_plotly_is_one_clear_line(monkeypatch):
@@ -327,3 +328,16 @@ def test_bench_report(tmp_path, sweep):
     else:
         assert {"latency-lookup-k-4", "acceptance", "k-chosen"} <= set(c.ids)
         assert "<td>copy</td>" in text and "<td>open</td>" in text
+
+
+def test_bench_report_without_plotly_fails_before_running(tmp_path, monkeypatch, capsys):
+    from specgen.cli import main
+
+    monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)
+    monkeypatch.setattr("specgen.bench.open_bench", lambda *a, **k: pytest.fail("models loaded"))
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--report", str(tmp_path / "r.html")])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "specgen: error: the HTML report needs plotly: pip install 'specgen[report]' (or pip install plotly)"
+    ]
