@@ -308,8 +308,9 @@ def hang_up() -> None:
 
 
 # The other commands live in their own modules (which import the option types above).
-from specgen.cli_bench import bench as _bench  # noqa: E402 - the command lives in its own module
+from specgen.cli_bench import bench as _bench, report as _report  # noqa: E402 - the command lives in its own module
 app.command("bench")(_bench)
+app.command("report")(_report)
 from specgen.cli_tune import tune as _tune  # noqa: E402
 app.command("tune")(_tune)
 from specgen.cli_chat import chat as _chat, rewrite as _rewrite  # noqa: E402 - commands in their own module

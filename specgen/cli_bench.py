@@ -3,7 +3,8 @@
 stderr: progress (a bar with ETA on a terminal, one line per request
 otherwise), the per-request table, the summary table and a bar chart of
 per-request speedup. stdout: nothing, or the summary as one JSON object
-with --json.
+with --json. `--report FILE.html` (and `specgen report RECORDS.jsonl`) writes
+the charts as one self-contained page (specgen.report).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import typer
 from typing_extensions import Annotated
 
 from specgen.errors import SpecgenError
+
+ReportOpt = Annotated[Optional[Path], typer.Option("--report", metavar="FILE.html", help="Also write the charts and tables as one self-contained HTML page (opens offline; needs specgen[report]).")]
 
 CONFIG_HELP = (
     "A speculative configuration to compare with plain decoding (repeatable): "
@@ -49,18 +52,23 @@ def bench(
     gpu_layers: Annotated[int, typer.Option("-ngl", "--gpu-layers", help="Layers to offload on a Metal/CUDA build.")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
     concurrency: Annotated[Optional[str], typer.Option("--concurrency", metavar="LEVELS", help="Serve the whole set at once at each level, e.g. 1,2,4,8 (requests share one context, continuous batching): throughput and latency against concurrency, plain vs speculative.")] = None,
+    report: ReportOpt = None,
 ) -> None:
     """Serve a batch of requests plain and speculative, side by side; per-request latency change and speedup."""
     from specgen import __version__, bench as B
 
     settings = B.Settings(max_tokens, repeats, ignore_eos, temp, top_k, top_p, min_p, seed, warmup)
     settings.validate()
+    if report is not None:
+        from specgen.report import require_plotly
+
+        require_plotly()
     if concurrency is not None:
         for flag, on in (("--resume", resume), ("--csv", csv_out is not None)):
             if on:
                 raise SpecgenError(f"{flag} is not supported with --concurrency")
         levels = B.parse_concurrency(concurrency)
-        return _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed)
+        return _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed, report)
     if limit is not None and limit < 1:
         raise SpecgenError(f"--limit must be >= 1 (got {limit})")
     if resume and out is None:
@@ -69,7 +77,7 @@ def bench(
         raise SpecgenError(f"-t/--threads must be >= 1 (got {threads})")
     configs = B.parse_configs(config)
     reqs = B.load_requests(requests)[:limit]
-    for path, flag in ((out, "--out"), (csv_out, "--csv")):
+    for path, flag in ((out, "--out"), (csv_out, "--csv"), (report, "--report")):
         if path is not None:
             _check_writable(path, flag)
 
@@ -123,6 +131,8 @@ def bench(
             con.print(f"interrupted: {len(records)} requests recorded" + (f" in {out} (--resume continues)" if out else ""))
         if csv_out is not None:
             B.write_csv(csv_out, records)
+        if report is not None:
+            _write_report(con, report, meta, records)
         if json_out:
             obj = {
                 "model": str(setup.target_path),
@@ -149,7 +159,7 @@ def bench(
         setup.close()
 
 
-def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed) -> None:
+def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed, report=None) -> None:
     """`specgen bench --concurrency`: the set served at once at each level."""
     from specgen import __version__, bench as B
 
@@ -159,8 +169,9 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
         raise SpecgenError(f"-t/--threads must be >= 1 (got {threads})")
     configs = B.parse_configs(config)
     reqs = B.load_requests(requests)[:limit]
-    if out is not None:
-        _check_writable(out, "--out")
+    for path, flag in ((out, "--out"), (report, "--report")):
+        if path is not None:
+            _check_writable(path, flag)
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, n_seq_max=max(levels))
     sink = None
     try:
@@ -199,6 +210,8 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
             render_sweep(con, summary, setup.configs)
         if interrupted:
             con.print(f"interrupted: {len(records)} batches recorded" + (f" in {out}" if out else ""))
+        if report is not None:
+            _write_report(con, report, meta, records)
         if json_out:
             obj = {
                 "model": str(setup.target_path), "configs": names, "concurrency": levels,
@@ -215,6 +228,32 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
         if sink is not None:
             sink.close()
         setup.close()
+
+
+def report(
+    records: Annotated[Path, typer.Argument(help="A records file written by `specgen bench --out`.")],
+    out: Annotated[Optional[Path], typer.Option("-o", "--out", metavar="FILE.html", help="Where to write the page. Default: RECORDS with .html.")] = None,
+) -> None:
+    """Rebuild the HTML report (charts and tables, one self-contained page) from a bench records file."""
+    from specgen.report import report_file
+
+    out = out if out is not None else records.with_suffix(".html")
+    if out.resolve() == records.resolve():
+        raise SpecgenError(f"-o/--out {out} is the records file itself")
+    _check_writable(out, "-o/--out")
+    report_file(records, out)
+    _console().print(f"report: {out}")
+
+
+def _write_report(con, path: Path, meta: dict, records: list) -> None:
+    """The page for --report, after the run (nothing recorded: nothing written)."""
+    from specgen.report import write_report
+
+    if not records:
+        con.print(f"report: nothing recorded, {path} not written")
+        return
+    write_report(path, meta, records)
+    con.print(f"report: {path}")
 
 
 class _MemorySink:
