@@ -13,13 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from specgen import bench as B
-from specgen.errors import SpecgenError
 
-
-def error_of(fn, *args, **kw) -> str:
-    with pytest.raises(SpecgenError) as e:
-        fn(*args, **kw)
-    return str(e.value)
+from helpers import error_of
 
 
 # =========================================================== requests
