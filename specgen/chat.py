@@ -367,14 +367,6 @@ class Conversation:
         return prompt, dropped
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 # -- stop strings ------------------------------------------------------------
 
 

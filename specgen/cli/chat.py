@@ -1,28 +1,25 @@
-"""`specgen chat` and `specgen rewrite`: the commands and all their printing.
+"""`specgen chat` and `specgen rewrite`: reading input, driving the generation, the notes on stderr.
 
-The logic lives in chat.py and rewrite.py; this module reads input, streams
-text to stdout (accepted drafts coloured on a terminal), and puts banners,
-stats and notes on stderr. Import it through specgen.cli, which registers
-the commands.
+The logic lives in specgen.chat and specgen.rewrite; the printing in render.
 """
 
 from __future__ import annotations
 
-import codecs
-import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Optional, TextIO
+from typing import Optional
 
 import typer
 from typing_extensions import Annotated
 
-from specgen.cli import (
+import specgen.cli.render as render
+from specgen.cli.options import (
     CtxOpt,
     DraftMaxOpt,
     DraftOpt,
     LookupOpt,
+    MaxTokOpt,
     MinPOpt,
     ModelOpt,
     NglOpt,
@@ -32,100 +29,25 @@ from specgen.cli import (
     PairOpt,
     SeedOpt,
     TempOpt,
+    TemplateOpt,
     ThreadsOpt,
     TopKOpt,
     TopPOpt,
-    _sampling,
-    hang_up,
+    check_max_tokens,
+    read_stdin_bytes,
+    retold,
+    sampling_params,
 )
-from specgen.errors import SpecgenError
 from specgen.drafters import NGRAM_MAX
+from specgen.errors import SpecgenError
 
 SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
-TemplateOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--template",
-        help="Chat template: auto (the GGUF's, else a built-in by family), gguf, gemma, plain, or a Jinja file.",
-    ),
-]
-
-
-# -- streaming ---------------------------------------------------------------------
-
-
-@dataclass
-class _Reply:
-    text: str  # what the model wrote, without a stop string
-    tokens: list[int]  # every token it generated (the KV cache holds these)
-    stats: object
-    interrupted: bool = False
-
-
-class _Writer:
-    """Writes (text, tag) pieces; accepted drafts in colour on a terminal."""
-
-    def __init__(self, out: TextIO | None) -> None:
-        from specgen.ui import colour_enabled
-
-        self.out = out
-        self.colour = out is not None and colour_enabled(out)
-        self.written: list[str] = []
-
-    def write(self, pieces) -> None:
-        if self.out is None or not pieces:
-            return
-        from specgen.ui import DRAFT_COLOUR, RESET
-
-        for text, tag in pieces:
-            self.written.append(text)
-            self.out.write(f"{DRAFT_COLOUR}{text}{RESET}" if self.colour and tag == "draft" else text)
-        self.out.flush()
-
-
-def _generate(gen, target, stops, writer: _Writer, on_round=None) -> _Reply:
-    """Run a Generation to its end, a stop string, or Ctrl-C; stream what is safe."""
-    from specgen.chat import StopScanner
-
-    scan = StopScanner(stops)
-    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def text_of(tokens) -> str:
-        return utf8.decode(b"".join(target.piece(t) for t in tokens))
-
-    interrupted = False
-    it = iter(gen)
-    try:
-        for r in it:
-            writer.write(scan.feed(text_of(r.tokens[: r.accepted]), "draft") + scan.feed(text_of(r.tokens[r.accepted :]), "own"))
-            if on_round is not None:
-                on_round(gen.stats, r)
-            if scan.stopped:
-                gen.stats.stop_reason = "stop"
-                break
-    except KeyboardInterrupt:
-        interrupted = True
-        gen.interrupt()
-    finally:
-        it.close()
-    if not scan.stopped:
-        writer.write(scan.feed(utf8.decode(b"", final=True), "own") + scan.finish())
-    return _Reply(scan.text, list(gen.tokens), gen.stats, interrupted)
-
-
-def _err(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
-def _note(line: str) -> None:
-    from specgen.ui import colour_enabled
-
-    _err(f"\x1b[2m{line}\x1b[0m" if colour_enabled(sys.stderr) else line)
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
+ReplyMaxTokOpt = retold(MaxTokOpt, "Tokens per reply at most.")
+ChatTempOpt = retold(TempOpt, "Temperature; 0 = greedy. 0.7 keeps a small model from looping; --seed makes it reproducible.")
+RewriteMaxTokOpt = retold(MaxTokOpt, "Tokens to generate at most (default: twice the file's, within the context).", Optional[int])
+RewriteTemplateOpt = retold(
+    TemplateOpt, "auto (the GGUF's chat template, else a completion-style prompt), none, gguf, gemma, plain, or a Jinja file."
+)
 
 
 def _merge(into, st) -> None:
@@ -153,14 +75,8 @@ def _make_policy(loaded, k: int, fixed: bool, draft_engine):
     return make_policy("fixed" if fixed else loaded.policy_name, k, loaded.target, draft_engine)
 
 
-def _summary(st, mode: str, k: int, policy):
-    from specgen.ui import summary_table
-
-    return summary_table(st, mode, k, getattr(policy, "name", "fixed"))
-
-
-def _k_label(k: int, policy) -> str:
-    return f"k={k}" if policy is None or getattr(policy, "name", "fixed") == "fixed" else f"k<={k} ({policy.name})"
+def _stats_table(st, mode: str, k: int, policy):
+    return render.stats_table(st, mode, k, getattr(policy, "name", "fixed"))
 
 
 # -- chat ----------------------------------------------------------------------------
@@ -178,23 +94,10 @@ class _ChatState:
         return "plain" if not self.spec else "lookup" if self.use_lookup else "draft"
 
 
-def _reply_status(st, mode: str, k_label: str, prefilled: int, cached: int) -> str:
-    parts = [f"{st.generated} tokens", f"{st.tokens_per_s:.1f} tok/s", f"prefill {prefilled} new + {cached} cached"]
-    if mode == "plain":
-        parts.append("plain decoding")
-    else:
-        rate = _pct(st.acceptance_rate) if st.drafted else "-"
-        parts.append(f"{mode} {k_label}: accepted {st.accepted}/{st.drafted} ({rate})")
-        parts.append(f"{_pct(st.accepted / st.generated if st.generated else 0)} of the reply from drafts")
-    if st.stop_reason in ("max_tokens", "context_full", "interrupted"):
-        parts.append(st.stop_reason.replace("_", " "))
-    return "[" + " · ".join(parts) + "]"
-
-
 def _read_line(interactive: bool) -> str | None:
     """One line of input, None at end of input (Ctrl-D)."""
     if interactive:
-        sys.stderr.write("\x1b[1m>\x1b[0m " if not _no_colour() else "> ")
+        sys.stderr.write("\x1b[1m>\x1b[0m " if render.colour_enabled(sys.stderr) else "> ")
         sys.stderr.flush()
         try:
             return input()
@@ -205,12 +108,6 @@ def _read_line(interactive: bool) -> str | None:
     return None if line == "" else line.rstrip("\r\n")
 
 
-def _no_colour() -> bool:
-    from specgen.ui import colour_enabled
-
-    return not colour_enabled(sys.stderr)
-
-
 def chat(
     system: SystemOpt = None,
     model: ModelOpt = None,
@@ -219,8 +116,8 @@ def chat(
     no_spec: NoSpecOpt = False,
     pair: PairOpt = None,
     draft_max: DraftMaxOpt = None,
-    max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens per reply at most.")] = 512,
-    temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 = greedy. 0.7 keeps a small model from looping; --seed makes it reproducible.")] = 0.7,
+    max_tokens: ReplyMaxTokOpt = 512,
+    temp: ChatTempOpt = 0.7,
     top_k: TopKOpt = 40,
     top_p: TopPOpt = 0.95,
     min_p: MinPOpt = 0.05,
@@ -233,23 +130,15 @@ def chat(
     template: TemplateOpt = None,
 ) -> None:
     """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
-    from specgen.chat import (
-        HELP,
-        ContextFull,
-        Conversation,
-        common_prefix,
-        format_for,
-        message_text,
-        parse_command,
-    )
+    from specgen.chat import HELP, ContextFull, Conversation, format_for, message_text, parse_command
     from specgen.decoding import Generation, Stats
     from specgen.drafters import PromptLookup
+    from specgen.engine import common_prefix
     from specgen.loader import DEFAULT_DRAFT_MAX, ModelOptions, open_models
-    from specgen.ui import stderr_console
 
-    if max_tokens < 1:
-        raise SpecgenError(f"-n/--max-tokens must be >= 1 (got {max_tokens})")
-    params = _sampling(temp, top_k, top_p, min_p, seed)
+    note = render.note
+    check_max_tokens(max_tokens)
+    params = sampling_params(temp, top_k, top_p, min_p, seed)
     opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min)
     opts.validate()
     interactive = sys.stdin is not None and sys.stdin.isatty()
@@ -279,11 +168,10 @@ def chat(
 
         new_policy()
         session = Stats()
-        writer = _Writer(sys.stdout)
         if interactive:
-            _note(
+            note(
                 f"specgen chat · {loaded.target_path.name} · template {fmt.name} · {state.mode()}"
-                f"{' ' + _k_label(state.k, state.policy) if state.spec else ''} · temp {temp:g} · /help for commands, Ctrl-D quits"
+                f"{' ' + render.k_label(state.k, state.policy) if state.spec else ''} · temp {temp:g} · /help for commands, Ctrl-D quits"
             )
         turn = 0
         while True:
@@ -291,7 +179,7 @@ def chat(
                 line = _read_line(interactive)
             except KeyboardInterrupt:
                 sys.stderr.write("\n")
-                _note("(Ctrl-D or /exit quits)")
+                note("(Ctrl-D or /exit quits)")
                 continue
             if line is None:
                 break
@@ -300,39 +188,39 @@ def chat(
             try:
                 cmd = parse_command(line)
             except SpecgenError as exc:
-                _note(str(exc))
+                note(str(exc))
                 continue
             if cmd is not None:
                 if cmd.name == "exit":
                     break
                 if cmd.name == "help":
                     for usage, what in HELP:
-                        _note(f"  {usage:<14} {what}")
+                        note(f"  {usage:<14} {what}")
                 elif cmd.name == "stats":
-                    stderr_console().print(_summary(session, state.mode(), state.k, state.policy))
-                    _note(f"turns {conv.turns} · context {len(conv.tokens)}/{target.n_ctx} tokens")
+                    render.stderr_console().print(_stats_table(session, state.mode(), state.k, state.policy))
+                    note(f"turns {conv.turns} · context {len(conv.tokens)}/{target.n_ctx} tokens")
                 elif cmd.name == "k":
                     state.k, state.fixed_k = cmd.arg, True
                     new_policy()
-                    _note(f"drafting {state.k} tokens per round" + ("" if state.spec else " (speculation is off: /spec on)"))
+                    note(f"drafting {state.k} tokens per round" + ("" if state.spec else " (speculation is off: /spec on)"))
                 elif cmd.name == "spec":
                     state.spec = cmd.arg
                     new_policy()
-                    _note(f"speculative decoding {'on: ' + state.mode() + ' ' + _k_label(state.k, state.policy) if state.spec else 'off: plain decoding'}")
+                    note(f"speculative decoding {'on: ' + state.mode() + ' ' + render.k_label(state.k, state.policy) if state.spec else 'off: plain decoding'}")
                 elif cmd.name == "lookup":
                     if state.use_lookup and model_drafter is not None:
                         state.use_lookup = False
-                        _note(f"drafting with the draft model {loaded.draft_path.name}")
+                        note(f"drafting with the draft model {loaded.draft_path.name}")
                     elif state.use_lookup and state.spec:
-                        _note("already drafting by prompt lookup")
+                        note("already drafting by prompt lookup")
                     else:
                         state.use_lookup = True
-                        _note("drafting by prompt lookup")
+                        note("drafting by prompt lookup")
                     state.spec = True
                     new_policy()
                 elif cmd.name == "reset":
                     conv.reset()
-                    _note("conversation reset" + (" (the system prompt stays)" if system else ""))
+                    note("conversation reset" + (" (the system prompt stays)" if system else ""))
                 continue
 
             conv.add_user(message_text(line))
@@ -341,44 +229,45 @@ def chat(
                 prompt, dropped = conv.fit(target.n_ctx, reserve)
             except ContextFull as exc:
                 conv.drop_pending_user()
-                _note(str(exc))
+                note(str(exc))
                 continue
             if dropped:
-                _note(f"context nearly full: dropped the {dropped} oldest turn{'s' if dropped > 1 else ''} to make room (/reset starts afresh)")
+                note(f"context nearly full: dropped the {dropped} oldest turn{'s' if dropped > 1 else ''} to make room (/reset starts afresh)")
             cached = min(common_prefix(target.kv_tokens(0), prompt), len(prompt) - 1)
             turn_params = replace(params, seed=seed + turn) if seed is not None else params
             drafter = (lookup_drafter if state.use_lookup else model_drafter) if state.spec else None
-            writer.written.clear()
+            stream = render.TextStream(target, sys.stdout, fmt.stop)
             try:
                 gen = Generation(
                     target, prompt, drafter, draft_max=state.k if drafter else 0,
                     max_tokens=min(max_tokens, target.n_ctx - len(prompt)), params=turn_params,
                     policy=state.policy if drafter else None,
                 )
-                reply = _generate(gen, target, fmt.stop, writer)
+                interrupted = render.follow(gen, stream)
             except SpecgenError as exc:  # a failed reply ends the turn, not the chat
                 sys.stdout.write("\n")
                 conv.drop_pending_user()
-                _note(f"error: {exc}")
+                note(f"error: {exc}")
                 continue
             turn += 1
-            if not "".join(writer.written).endswith("\n"):
+            if not "".join(stream.written).endswith("\n"):
                 sys.stdout.write("\n")  # one reply, one or more whole lines
                 sys.stdout.flush()
-            if reply.interrupted and not reply.tokens:
+            if interrupted and not gen.tokens:
                 conv.drop_pending_user()
             else:
-                conv.add_reply(reply.text, prompt, reply.tokens)
-            _merge(session, reply.stats)
-            _note(_reply_status(reply.stats, state.mode(), _k_label(state.k, state.policy), len(prompt) - cached, cached))
+                conv.add_reply(stream.text, prompt, list(gen.tokens))
+            st = gen.stats
+            _merge(session, st)
+            note(render.reply_status(st, state.mode(), render.k_label(state.k, state.policy), len(prompt) - cached, cached))
             used = len(conv.tokens)
-            if reply.stats.stop_reason == "context_full" or used + reserve > target.n_ctx:
-                _note(
-                    f"context {_pct(used / target.n_ctx)} full ({used}/{target.n_ctx} tokens): "
+            if st.stop_reason == "context_full" or used + reserve > target.n_ctx:
+                note(
+                    f"context {render.pct(used / target.n_ctx)} full ({used}/{target.n_ctx} tokens): "
                     f"the oldest turns will be dropped to make room; /reset starts afresh"
                 )
     except BrokenPipeError:
-        hang_up()
+        render.hang_up()
     finally:
         loaded.close()
 
@@ -399,7 +288,7 @@ def rewrite(
     no_spec: NoSpecOpt = False,
     pair: PairOpt = None,
     draft_max: DraftMaxOpt = None,
-    max_tokens: Annotated[Optional[int], typer.Option("-n", "--max-tokens", help="Tokens to generate at most (default: twice the file's, within the context).")] = None,
+    max_tokens: RewriteMaxTokOpt = None,
     temp: TempOpt = 0.0,
     top_k: TopKOpt = 40,
     top_p: TopPOpt = 0.95,
@@ -410,24 +299,23 @@ def rewrite(
     gpu_layers: NglOpt = 0,
     ngram_max: NgramMaxOpt = NGRAM_MAX,
     ngram_min: NgramMinOpt = 1,
-    template: Annotated[Optional[str], typer.Option("--template", help="auto (the GGUF's chat template, else a completion-style prompt), none, gguf, gemma, plain, or a Jinja file.")] = None,
+    template: RewriteTemplateOpt = None,
 ) -> None:
     """Rewrite a file as instructed; prompt lookup drafts from the file by default."""
     from specgen import rewrite as rw
     from specgen.chat import format_for
     from specgen.decoding import Generation
     from specgen.loader import ModelOptions, open_models
-    from specgen.ui import StatusLine, round_status, stderr_console
 
-    if max_tokens is not None and max_tokens < 1:
-        raise SpecgenError(f"-n/--max-tokens must be >= 1 (got {max_tokens})")
-    params = _sampling(temp, top_k, top_p, min_p, seed)
+    note = render.note
+    check_max_tokens(max_tokens)
+    params = sampling_params(temp, top_k, top_p, min_p, seed)
     opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min)
     opts.validate()
     if not instruction.strip():
         raise SpecgenError("empty instruction: -i/--instruction says what to do with the file")
     rw.check_options(file, output, in_place, no_backup)
-    src = rw.read_source(file, _stdin_bytes, rw.max_bytes_for(ctx_size))
+    src = rw.read_source(file, read_stdin_bytes, rw.max_bytes_for(ctx_size))
     plan = rw.plan_output(src, output, in_place, no_backup)
     loaded = open_models(opts)
     try:
@@ -448,75 +336,50 @@ def rewrite(
             policy=policy,
         )
         dest = plan.path or "stdout"
-        _note(
+        note(
             f"rewriting {src.name} ({prompt.content_tokens} tokens) to {dest} · "
-            f"{loaded.mode}{' ' + _k_label(loaded.draft_max, policy) if loaded.mode != 'plain' else ''} · "
+            f"{loaded.mode}{' ' + render.k_label(loaded.draft_max, policy) if loaded.mode != 'plain' else ''} · "
             f"prompt {'template ' + fmt.name if fmt else 'completion-style'}"
         )
-        status = StatusLine(shared_terminal=sys.stdout.isatty() and plan.path is None)
-        writer = _Writer(sys.stdout if plan.path is None else None)
+        status = render.StatusLine(shared_terminal=sys.stdout.isatty() and plan.path is None)
+        stream = render.TextStream(target, sys.stdout if plan.path is None else None, [prompt.stop])
         start = time.perf_counter()
         status.start()
         try:
-            reply = _generate(gen, target, [prompt.stop], writer,
-                              lambda st, r: status.show(round_status(st, r, time.perf_counter() - start)))
+            interrupted = render.follow(gen, stream, lambda st, r: status.show(render.round_status(st, r, time.perf_counter() - start)))
         finally:
             status.stop()
-        new_text = rw.finish_text(reply.text, src.text)
-        streamed = "".join(writer.written)
+        new_text = rw.finish_text(stream.text, src.text)
+        streamed = "".join(stream.written)
         if plan.path is None and new_text.startswith(streamed):  # the newline that went with the fence
             sys.stdout.write(new_text[len(streamed) :])
             sys.stdout.flush()
-        st = reply.stats
-        table = _summary(st, loaded.mode, loaded.draft_max, policy)
-        table.add_row("from drafts", f"{st.accepted} of {st.generated} output tokens ({_pct(rw.draft_share(st.accepted, st.generated))})")
-        if reply.interrupted:
-            stderr_console().print(table)
-            _note(f"interrupted: {plan.path} left unchanged" if plan.path else "interrupted")
+        st = gen.stats
+        table = _stats_table(st, loaded.mode, loaded.draft_max, policy)
+        table.add_row("from drafts", f"{st.accepted} of {st.generated} output tokens ({render.pct(rw.draft_share(st.accepted, st.generated))})")
+        if interrupted:
+            render.stderr_console().print(table)
+            note(f"interrupted: {plan.path} left unchanged" if plan.path else "interrupted")
             raise typer.Exit(130)
         if st.stop_reason in ("max_tokens", "context_full"):
-            stderr_console().print(table)
+            render.stderr_console().print(table)
             raise SpecgenError(
                 f"the rewrite reached {st.generated} tokens before the model finished: "
                 + (f"{plan.path} left unchanged" if plan.path else "output incomplete")
                 + " (raise -n/--max-tokens" + (" or -c/--ctx-size)" if st.stop_reason == "context_full" else ")")
             )
         if show_diff:
-            _show_diff(rw.unified_diff(src.text, new_text, src.name))
+            render.show_diff(rw.unified_diff(src.text, new_text, src.name))
         if plan.path is not None:
             if plan.in_place and new_text == src.text:
-                stderr_console().print(table)
-                _note(f"no changes: {src.name} left as it was")
+                render.stderr_console().print(table)
+                note(f"no changes: {src.name} left as it was")
                 return
             rw.atomic_write(plan.path, new_text.encode("utf-8"), backup=plan.backup, mode=plan.mode)
-        stderr_console().print(table)
+        render.stderr_console().print(table)
         if plan.path is not None:
-            _note(f"wrote {plan.path}" + (f" (the old file is {plan.backup})" if plan.backup else ""))
+            note(f"wrote {plan.path}" + (f" (the old file is {plan.backup})" if plan.backup else ""))
     except BrokenPipeError:
-        hang_up()
+        render.hang_up()
     finally:
         loaded.close()
-
-
-def _stdin_bytes() -> bytes:
-    if sys.stdin is None:
-        return b""
-    buf = getattr(sys.stdin, "buffer", None)
-    return buf.read() if buf is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
-
-
-def _show_diff(text: str) -> None:
-    from specgen.ui import colour_enabled
-
-    if not text:
-        _note("diff: no changes")
-        return
-    if colour_enabled(sys.stderr):
-        colours = {"+": "\x1b[32m", "-": "\x1b[31m", "@": "\x1b[36m"}
-        lines = []
-        for line in text.splitlines(keepends=True):
-            c = colours.get(line[:1]) if not line.startswith(("+++", "---")) else "\x1b[1m"
-            lines.append(f"{c}{line.rstrip(chr(10))}\x1b[0m\n" if c else line)
-        text = "".join(lines)
-    sys.stderr.write(text)
-    sys.stderr.flush()
