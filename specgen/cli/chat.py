@@ -84,6 +84,11 @@ def _stats_table(st, mode: str, k: int, policy):
 
 @dataclass
 class _ChatState:
+    """What the slash commands change: speculation on or off, which drafter, k, and the policy."""
+
+    loaded: object  # the loader's models
+    model_drafter: object  # the draft model's drafter, None without -d
+    lookup_drafter: object
     spec: bool
     use_lookup: bool
     k: int
@@ -92,6 +97,55 @@ class _ChatState:
 
     def mode(self) -> str:
         return "plain" if not self.spec else "lookup" if self.use_lookup else "draft"
+
+    def drafter(self):
+        return (self.lookup_drafter if self.use_lookup else self.model_drafter) if self.spec else None
+
+    def k_label(self) -> str:
+        return render.k_label(self.k, self.policy)
+
+    def new_policy(self) -> None:
+        # One policy for the session: its acceptance estimates carry across turns.
+        engine = None if self.use_lookup else self.loaded.draft_engine
+        self.policy = _make_policy(self.loaded, self.k, self.fixed_k, engine) if self.spec else None
+
+
+def _command(cmd, state: _ChatState, conv, session, n_ctx: int, system: str | None) -> bool:
+    """Carry out a slash command; False when it ends the chat."""
+    from specgen.chat import HELP
+
+    note = render.note
+    if cmd.name == "exit":
+        return False
+    if cmd.name == "help":
+        for usage, what in HELP:
+            note(f"  {usage:<14} {what}")
+    elif cmd.name == "stats":
+        render.stderr_console().print(_stats_table(session, state.mode(), state.k, state.policy))
+        note(f"turns {conv.turns} · context {len(conv.tokens)}/{n_ctx} tokens")
+    elif cmd.name == "k":
+        state.k, state.fixed_k = cmd.arg, True
+        state.new_policy()
+        note(f"drafting {state.k} tokens per round" + ("" if state.spec else " (speculation is off: /spec on)"))
+    elif cmd.name == "spec":
+        state.spec = cmd.arg
+        state.new_policy()
+        note(f"speculative decoding {'on: ' + state.mode() + ' ' + state.k_label() if state.spec else 'off: plain decoding'}")
+    elif cmd.name == "lookup":
+        if state.use_lookup and state.model_drafter is not None:
+            state.use_lookup = False
+            note(f"drafting with the draft model {state.loaded.draft_path.name}")
+        elif state.use_lookup and state.spec:
+            note("already drafting by prompt lookup")
+        else:
+            state.use_lookup = True
+            note("drafting by prompt lookup")
+        state.spec = True
+        state.new_policy()
+    elif cmd.name == "reset":
+        conv.reset()
+        note("conversation reset" + (" (the system prompt stays)" if system else ""))
+    return True
 
 
 def _read_line(interactive: bool) -> str | None:
@@ -130,7 +184,7 @@ def chat(
     template: TemplateOpt = None,
 ) -> None:
     """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
-    from specgen.chat import HELP, ContextFull, Conversation, format_for, message_text, parse_command
+    from specgen.chat import ContextFull, Conversation, format_for, message_text, parse_command
     from specgen.decoding import Generation, Stats
     from specgen.drafters import PromptLookup
     from specgen.engine import common_prefix
@@ -153,25 +207,20 @@ def chat(
         fmt = format_for(target, template)
         conv = Conversation(fmt, target, system)
         model_drafter = loaded.drafter if loaded.mode == "draft" else None
-        lookup_drafter = loaded.drafter if loaded.mode == "lookup" else PromptLookup(ngram_max, ngram_min)
         state = _ChatState(
+            loaded, model_drafter,
+            lookup_drafter=loaded.drafter if loaded.mode == "lookup" else PromptLookup(ngram_max, ngram_min),
             spec=loaded.mode != "plain",
             use_lookup=model_drafter is None,
             k=loaded.draft_max or draft_max or DEFAULT_DRAFT_MAX["draft" if model_drafter else "lookup"],
             fixed_k=draft_max is not None,
         )
-
-        def new_policy() -> None:
-            # One policy for the session: its acceptance estimates carry across turns.
-            engine = None if state.use_lookup else loaded.draft_engine
-            state.policy = _make_policy(loaded, state.k, state.fixed_k, engine) if state.spec else None
-
-        new_policy()
+        state.new_policy()
         session = Stats()
         if interactive:
             note(
                 f"specgen chat · {loaded.target_path.name} · template {fmt.name} · {state.mode()}"
-                f"{' ' + render.k_label(state.k, state.policy) if state.spec else ''} · temp {temp:g} · /help for commands, Ctrl-D quits"
+                f"{' ' + state.k_label() if state.spec else ''} · temp {temp:g} · /help for commands, Ctrl-D quits"
             )
         turn = 0
         while True:
@@ -191,36 +240,8 @@ def chat(
                 note(str(exc))
                 continue
             if cmd is not None:
-                if cmd.name == "exit":
+                if not _command(cmd, state, conv, session, target.n_ctx, system):
                     break
-                if cmd.name == "help":
-                    for usage, what in HELP:
-                        note(f"  {usage:<14} {what}")
-                elif cmd.name == "stats":
-                    render.stderr_console().print(_stats_table(session, state.mode(), state.k, state.policy))
-                    note(f"turns {conv.turns} · context {len(conv.tokens)}/{target.n_ctx} tokens")
-                elif cmd.name == "k":
-                    state.k, state.fixed_k = cmd.arg, True
-                    new_policy()
-                    note(f"drafting {state.k} tokens per round" + ("" if state.spec else " (speculation is off: /spec on)"))
-                elif cmd.name == "spec":
-                    state.spec = cmd.arg
-                    new_policy()
-                    note(f"speculative decoding {'on: ' + state.mode() + ' ' + render.k_label(state.k, state.policy) if state.spec else 'off: plain decoding'}")
-                elif cmd.name == "lookup":
-                    if state.use_lookup and model_drafter is not None:
-                        state.use_lookup = False
-                        note(f"drafting with the draft model {loaded.draft_path.name}")
-                    elif state.use_lookup and state.spec:
-                        note("already drafting by prompt lookup")
-                    else:
-                        state.use_lookup = True
-                        note("drafting by prompt lookup")
-                    state.spec = True
-                    new_policy()
-                elif cmd.name == "reset":
-                    conv.reset()
-                    note("conversation reset" + (" (the system prompt stays)" if system else ""))
                 continue
 
             conv.add_user(message_text(line))
@@ -235,7 +256,7 @@ def chat(
                 note(f"context nearly full: dropped the {dropped} oldest turn{'s' if dropped > 1 else ''} to make room (/reset starts afresh)")
             cached = min(common_prefix(target.kv_tokens(0), prompt), len(prompt) - 1)
             turn_params = replace(params, seed=seed + turn) if seed is not None else params
-            drafter = (lookup_drafter if state.use_lookup else model_drafter) if state.spec else None
+            drafter = state.drafter()
             stream = render.TextStream(target, sys.stdout, fmt.stop)
             try:
                 gen = Generation(
@@ -259,7 +280,7 @@ def chat(
                 conv.add_reply(stream.text, prompt, list(gen.tokens))
             st = gen.stats
             _merge(session, st)
-            note(render.reply_status(st, state.mode(), render.k_label(state.k, state.policy), len(prompt) - cached, cached))
+            note(render.reply_status(st, state.mode(), state.k_label(), len(prompt) - cached, cached))
             used = len(conv.tokens)
             if st.stop_reason == "context_full" or used + reserve > target.n_ctx:
                 note(
