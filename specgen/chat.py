@@ -367,14 +367,6 @@ class Conversation:
         return prompt, dropped
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 # -- stop strings ------------------------------------------------------------
 
 
@@ -412,8 +404,11 @@ class StopScanner:
         return best
 
     def _slice(self, start: int, end: int) -> list[tuple[str, object]]:
+        first = len(self._tags) - 1  # the piece holding `start`: the earlier ones all end before it
+        while first > 0 and self._tags[first][0] > start:
+            first -= 1
         out = []
-        for i, (off, tag) in enumerate(self._tags):
+        for i, (off, tag) in enumerate(self._tags[first:], first):
             nxt = self._tags[i + 1][0] if i + 1 < len(self._tags) else len(self._buf)
             lo, hi = max(off, start), min(nxt, end)
             if lo < hi:

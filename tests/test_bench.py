@@ -14,14 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from specgen import bench as B
-from specgen.errors import SpecgenError
 from specgen.policy import expected_tokens_per_round
 
-
-def error_of(fn, *args, **kw) -> str:
-    with pytest.raises(SpecgenError) as e:
-        fn(*args, **kw)
-    return str(e.value)
+from helpers import error_of
 
 
 # =========================================================== requests

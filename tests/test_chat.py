@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from types import SimpleNamespace
@@ -24,7 +23,6 @@ from specgen.chat import (
     Conversation,
     StopScanner,
     choose_format,
-    common_prefix,
     encode,
     message_text,
     parse_command,
@@ -32,43 +30,10 @@ from specgen.chat import (
     reusable_prefix,
 )
 from specgen.cli import app
+from specgen.engine import common_prefix
 from specgen.errors import SpecgenError
 
-SPECIALS = {"<bos>": 1, "<eos>": 2, "<start_of_turn>": 3, "<end_of_turn>": 4}
-NAMES = {v: k for k, v in SPECIALS.items()}
-
-
-class ByteTok:
-    """One token per byte (1000 + b) plus four control tokens: easy to reason about."""
-
-    def __init__(self, add_bos=True):
-        self.add_bos = add_bos
-
-    def vocab_info(self):
-        return SimpleNamespace(add_bos=self.add_bos, bos=1, eos=2)
-
-    def token_text(self, t):
-        return NAMES[t].encode() if t in NAMES else bytes([t - 1000])
-
-    def tokenize(self, text, add_special=True, parse_special=True):
-        out = [1] if add_special and self.add_bos else []
-        i = 0
-        while i < len(text):
-            for s, t in SPECIALS.items():
-                if parse_special and text.startswith(s, i):
-                    out.append(t)
-                    i += len(s)
-                    break
-            else:
-                out += [1000 + b for b in text[i].encode()]
-                i += 1
-        return out
-
-    def piece(self, t, special=False):
-        if t in NAMES:
-            return NAMES[t].encode() if special else b""
-        return bytes([t - 1000])
-
+from helpers import ByteTok, start_specgen, specgen
 
 def gemma_fmt():
     return choose_format("gemma", gguf_template=None, architecture="gemma3", bos_token="<bos>", eos_token="<eos>")
@@ -414,13 +379,13 @@ def test_full_context_drops_oldest_turns_and_never_crashes():
 
 @pytest.mark.model
 def test_chat_from_a_pipe_and_sigint_in_a_real_process(gemma_path):
-    cmd = [sys.executable, "-m", "specgen", "chat", *FAST, "-k", "4"]
-    done = subprocess.run([*cmd, "-n", "4"], input="Hello\nAnd then?\n", capture_output=True, text=True, timeout=120)
+    cmd = ["chat", *FAST, "-k", "4"]
+    done = specgen(*cmd, "-n", "4", input="Hello\nAnd then?\n", text=True)
     assert done.returncode == 0, done.stderr
     assert len(status_lines(done.stderr)) == 2 and "specgen chat ·" not in done.stderr  # no banner for a pipe
     assert done.stdout.count("\n") >= 2
 
-    p = subprocess.Popen([*cmd, "-n", "200"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = start_specgen(*cmd, "-n", "200", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdin.write(b"Write a very long story about a dragon.\n")
     p.stdin.flush()
     os.set_blocking(p.stdout.fileno(), True)

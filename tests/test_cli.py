@@ -4,7 +4,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -12,16 +11,10 @@ from typer.testing import CliRunner
 
 from specgen.cli import app
 
+from helpers import specgen, start_specgen
+
 pytestmark = pytest.mark.model
 COPY_PROMPT = "Repeat exactly: alpha beta gamma delta. alpha beta gamma delta. alpha beta"
-
-
-def specgen(*args, stdin=None, env=None, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "specgen", *args],
-        input=stdin, capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -53,10 +46,10 @@ def test_run_text_stdout_has_no_stats():
 
 def test_piped_stdin_goes_before_argument():
     text = "alpha beta gamma delta. alpha beta gamma delta."
-    both = json.loads(specgen("run", "Repeat:", "-n", "4", "--json", "-c", "512", stdin=text).stdout)
-    alone = json.loads(specgen("run", "Repeat:", "-n", "4", "--json", "-c", "512", stdin="").stdout)
+    both = json.loads(specgen("run", "Repeat:", "-n", "4", "--json", "-c", "512", input=text, text=True).stdout)
+    alone = json.loads(specgen("run", "Repeat:", "-n", "4", "--json", "-c", "512", input="", text=True).stdout)
     assert both["prompt_tokens"] > alone["prompt_tokens"] + 8
-    res = specgen("run", "-n", "6", "-c", "512", stdin=COPY_PROMPT)
+    res = specgen("run", "-n", "6", "-c", "512", input=COPY_PROMPT, text=True)
     assert res.returncode == 0 and res.stdout.strip()
     assert "Traceback" not in res.stderr
 
@@ -68,8 +61,8 @@ def test_seeded_sampling_is_reproducible():
 
 
 def test_ctrl_c_prints_summary_and_exits_130():
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specgen", "run", "Count: 1 2 3 4 5", "-n", "4000", "--ignore-eos", "-c", "4096", "--no-spec"],
+    proc = start_specgen(
+        "run", "Count: 1 2 3 4 5", "-n", "4000", "--ignore-eos", "-c", "4096", "--no-spec",
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
     )
     os.set_blocking(proc.stdout.fileno(), False)
@@ -118,7 +111,7 @@ def test_bad_inputs_one_line(tmp_path, gemma_path):
         (["check", str(gemma_path), str(notgguf)], {}, "not a GGUF"),
     ]
     for args, env, needle in cases:
-        line = _one_line_error(specgen(*args, env=env, stdin=""))
+        line = _one_line_error(specgen(*args, env=env, input="", text=True))
         assert needle in line, (args, line)
 
 
@@ -126,14 +119,14 @@ def test_mismatched_draft_vocabulary_is_refused(tmp_path, gemma_path):
     from ggufs import write_spm_gguf
 
     tiny = write_spm_gguf(tmp_path / "tiny-spm.gguf")
-    line = _one_line_error(specgen("run", "hello", "-d", str(tiny), "-c", "512", stdin=""))
+    line = _one_line_error(specgen("run", "hello", "-d", str(tiny), "-c", "512", input="", text=True))
     assert "tokenizer does not match" in line
-    res = specgen("check", str(gemma_path), str(tiny))
+    res = specgen("check", str(gemma_path), str(tiny), text=True)
     assert res.returncode == 1 and "incompatible" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_check_compatible_pair(gemma_path, draft_path):
-    res = specgen("check", str(gemma_path), str(draft_path))
+    res = specgen("check", str(gemma_path), str(draft_path), text=True)
     assert res.returncode == 0, res.stderr
     assert "compatible" in res.stderr
 

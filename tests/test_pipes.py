@@ -10,21 +10,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from specgen.cli import app
 
+from helpers import specgen, start_specgen
+
 pytestmark = pytest.mark.model
 NOTES = "Meeting notes: ship the parser on Monday, fix the cache bug, review the docs.\n"
 # One thread: on a small shared machine, llama.cpp threads that wait on each other cost far more than they give.
 FAST = ["-c", "512", "-t", "1", "--no-spec"]
-
-
-def specgen(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "specgen", *args], capture_output=True, timeout=120, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +65,7 @@ def test_closed_stdin_is_no_stdin():
 
 def hang_up_after_first_bytes(args, stdin_bytes=b""):
     """Start specgen, read a few bytes of stdout, close it; return (exit status, stderr)."""
-    p = subprocess.Popen([sys.executable, "-m", "specgen", *args], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = start_specgen(*args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdin.write(stdin_bytes)
     p.stdin.close()
     first = p.stdout.read(5)

@@ -28,7 +28,6 @@ import numpy as np
 import pytest
 
 from specgen import registry
-from specgen.errors import SpecgenError
 from specgen.registry import (
     DEFAULT_MODEL,
     ModelEntry,
@@ -40,6 +39,8 @@ from specgen.registry import (
     resolve_model,
     resolve_pair,
 )
+
+from helpers import error_of
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -84,15 +85,6 @@ def tiny(tmp_path) -> Path:
 def write_toml(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text))
     return path
-
-
-def error_of(fn, *args, **kw) -> str:
-    with pytest.raises(SpecgenError) as ei:
-        fn(*args, **kw)
-    msg = str(ei.value)
-    assert "\n" not in msg, msg
-    assert "Traceback" not in msg
-    return msg
 
 
 def fake_hf_cache(hub: Path, repo: str, file: str, src: Path, commit: str = COMMIT, ref: str | None = "main") -> Path:

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -15,17 +14,12 @@ from typer.testing import CliRunner
 from specgen import rewrite as rw
 from specgen.chat import choose_format
 from specgen.cli import app, main
-from specgen.errors import SpecgenError
+
+from helpers import ByteTok, error_of, specgen, specgen_env, start_specgen
 
 # One thread: on a small shared machine, llama.cpp threads that wait on each other cost far more than they give.
 FAST = ["-c", "512", "-t", "1", "-k", "4"]
 POEM = "Twinkle twinkle little\n"
-
-
-def error_of(fn, *a, **kw) -> str:
-    with pytest.raises(SpecgenError) as e:
-        fn(*a, **kw)
-    return str(e.value)
 
 
 def snapshot(path: Path):
@@ -92,26 +86,6 @@ def test_in_place_through_a_symlink_replaces_its_target(tmp_path):
 
 
 # -- the prompt ------------------------------------------------------------------------------
-
-
-class ByteTok:
-    def vocab_info(self):
-        return SimpleNamespace(add_bos=True, bos=1, eos=2)
-
-    def tokenize(self, text, add_special=True, parse_special=True):
-        out = [1] if add_special else []
-        i = 0
-        while i < len(text):
-            if parse_special and text.startswith("<end_of_turn>", i):
-                out.append(4)
-                i += len("<end_of_turn>")
-            else:
-                out += [1000 + b for b in text[i].encode()]
-                i += 1
-        return out
-
-    def piece(self, t, special=False):
-        return {1: b"<bos>", 2: b"<eos>", 4: b"<end_of_turn>"}.get(t, b"") if t < 1000 else bytes([t - 1000])
 
 
 def test_fence_is_longer_than_any_backtick_run():
@@ -213,7 +187,7 @@ def test_kill_9_during_writes_leaves_a_whole_file(tmp_path, delay):
     a, b = b"A" * 3_000_000 + b"\n", b"B" * 5_000_000 + b"\n"
     f = tmp_path / "f.txt"
     f.write_bytes(b)
-    p = subprocess.Popen([sys.executable, "-c", KILL_CHILD, str(f)], stdout=subprocess.PIPE)
+    p = subprocess.Popen([sys.executable, "-c", KILL_CHILD, str(f)], stdout=subprocess.PIPE, env=specgen_env())
     assert p.stdout.readline() == b"ready\n"
     time.sleep(delay)
     assert p.poll() is None
@@ -295,9 +269,8 @@ def test_kill_9_mid_generation_leaves_the_original(tmp_path, gemma_path):
     f = tmp_path / "notes.md"
     original = "".join(f"- item {i}: remember to water plant number {i}.\n" for i in range(20)).encode()
     f.write_bytes(original)
-    p = subprocess.Popen(
-        [sys.executable, "-m", "specgen", "rewrite", str(f), "-i", "Copy the list.", "--in-place",
-         "--no-spec", "-c", "1024", "-t", "1"],
+    p = start_specgen(
+        "rewrite", str(f), "-i", "Copy the list.", "--in-place", "--no-spec", "-c", "1024", "-t", "1",
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     line = p.stderr.readline()  # "rewriting notes.md (… tokens) …": generation starts now
@@ -366,8 +339,7 @@ def test_file_too_large_for_the_context_says_its_tokens(tmp_path, capsys):
 def test_bad_input_in_a_real_process_is_one_line(tmp_path):
     f = tmp_path / "a.bin"
     f.write_bytes(b"\x00\x01\x02")
-    res = subprocess.run([sys.executable, "-m", "specgen", "rewrite", str(f), "-i", "Fix.", "--in-place"],
-                         capture_output=True, text=True, timeout=60)
+    res = specgen("rewrite", str(f), "-i", "Fix.", "--in-place", text=True, timeout=60)
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr == f"specgen: error: {f} is a binary file (it contains NUL bytes): rewrite takes UTF-8 text\n"
     assert f.read_bytes() == b"\x00\x01\x02"

@@ -319,7 +319,8 @@ def test_gemma_against_itself_is_compatible(gemma, vocab_gemma_path, engines):
     assert details["vocab type"] == "SPM"
     # 2 x 262,139 token texts and attributes through ctypes: ~0.45 s measured.
     assert elapsed < 3.0, f"compare took {elapsed:.2f} s"
-    assert require_compatible(gemma, other) is not None
+    again = require_compatible(gemma, other)  # returns the report (it raises only when incompatible)
+    assert again.compatible and again.checks == r.checks
 
 
 def test_tiny_gguf_loads_vocab_only_and_tokenizes(tiny_path, engines):

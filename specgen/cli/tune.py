@@ -10,28 +10,28 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
 
 import typer
 from typing_extensions import Annotated
 
-from specgen.cli import CtxOpt, DraftOpt, JsonOpt, LookupOpt, ModelOpt, NglOpt, PairOpt, ThreadsOpt
+import specgen.cli.render as render
+from specgen.cli.options import CtxOpt, DraftMaxOpt, DraftOpt, JsonOpt, LookupOpt, MaxTokOpt, ModelOpt, NglOpt, PairOpt, ThreadsOpt, retold
+from specgen.policy import expected_tokens, step_rate
+
+SampleMaxTokOpt = retold(MaxTokOpt, "Tokens per request while estimating.")
+KMaxOpt = retold(DraftMaxOpt, "Largest k to consider.", int)
 
 
 def predicted_rates(alphas: list[float], verify_s: list[float], draft_step_s: float, k_max: int) -> list[dict]:
     """Expected tokens per round and speedup over plain for k = 0 … k_max.
 
-    alphas[i]: acceptance at draft position i given the earlier ones were accepted.
+    alphas[i]: acceptance at draft position i given the earlier ones were accepted
+    (past the last measured position, the last one holds).
     """
-    plain = 1.0 / verify_s[1]
-    out, tokens, reach = [], 1.0, 1.0
-    for k in range(0, k_max + 1):
-        if k:
-            reach *= alphas[min(k - 1, len(alphas) - 1)] if alphas else 0.0
-            tokens += reach
-        cost = verify_s[min(k + 1, len(verify_s) - 1)] + k * draft_step_s
-        out.append({"k": k, "tokens_per_round": tokens, "round_s": cost, "speedup": tokens / cost / plain})
-    return out
+    at = [alphas[min(i, len(alphas) - 1)] if alphas else 0.0 for i in range(k_max)]
+    rates = [step_rate(at, k, verify_s, draft_step_s) for k in range(k_max + 1)]  # the cost policy's own model
+    return [{"k": k, "tokens_per_round": expected_tokens(at[:k]), "round_s": expected_tokens(at[:k]) / rate,
+             "speedup": rate / rates[0]} for k, rate in enumerate(rates)]
 
 
 def tune(
@@ -40,27 +40,24 @@ def tune(
     lookup: LookupOpt = False,
     pair: PairOpt = None,
     requests: Annotated[int, typer.Option("--requests", help="Bundled requests used to estimate acceptance.")] = 6,
-    max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens per request while estimating.")] = 48,
-    k_max: Annotated[int, typer.Option("-k", "--draft-max", help="Largest k to consider.")] = 16,
+    max_tokens: SampleMaxTokOpt = 48,
+    k_max: KMaxOpt = 16,
     ctx_size: CtxOpt = 2048,
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Measure verify / draft costs (cached), estimate acceptance, predict speedup per k."""
-    from rich.table import Table
-
     from specgen.bench import load_requests
     from specgen.costs import cost_profile
     from specgen.decoding import Generation
     from specgen.errors import SpecgenError
     from specgen.loader import ModelOptions, open_models
-    from specgen.ui import stderr_console
 
     if k_max < 1 or requests < 1 or max_tokens < 2:
         raise SpecgenError("tune needs -k >= 1, --requests >= 1 and -n >= 2")
     opts = ModelOptions(model, draft, lookup, False, pair, k_max, ctx_size, threads, gpu_layers, adaptive="fixed")
-    con = stderr_console()
+    con = render.stderr_console()
     loaded = open_models(opts)
     try:
         con.print("measuring verify cost by row count (1 … 32 rows)…")
@@ -90,14 +87,7 @@ def tune(
         if json_out:
             sys.stdout.write(json.dumps(result) + "\n")
             return
-        t = Table(title=f"{loaded.mode}: predicted speedup per k (Leviathan, measured verify cost)")
-        for col in ("k", "α at k", "verify ms", "tokens/round", "speedup"):
-            t.add_column(col, justify="right")
-        for row in table:
-            k = row["k"]
-            t.add_row(str(k), f"{alphas[k - 1]:.2f}" if k else "-", f"{1000 * verify[min(k + 1, 32)]:.1f}",
-                      f"{row['tokens_per_round']:.2f}", f"{row['speedup']:.2f}x")
-        con.print(t)
+        con.print(render.tune_table(loaded.mode, table, alphas, verify))
         con.print(f"recommended fixed k: {best['k']} (predicted {best['speedup']:.2f}x); "
                   "the default --adaptive cost policy chooses k each round from these costs (cached now).")
     finally:

@@ -1,0 +1,307 @@
+"""`specgen bench`: the command (specgen.bench holds the logic, render the tables and charts).
+
+stderr: progress (a bar with ETA on a terminal, one line per request
+otherwise), the per-request table, the summary table and a bar chart of
+per-request speedup. stdout: nothing, or the summary as one JSON object
+with --json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from typing_extensions import Annotated
+
+import specgen.cli.render as render
+from specgen.cli.options import (
+    CtxOpt,
+    IgnoreEosOpt,
+    JsonOpt,
+    MaxTokOpt,
+    MinPOpt,
+    ModelOpt,
+    NglOpt,
+    SeedOpt,
+    TempOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+    retold,
+)
+from specgen.errors import SpecgenError
+
+ReportOpt = Annotated[Optional[Path], typer.Option("--report", metavar="FILE.html", help="Also write the charts and tables as one self-contained HTML page (opens offline; needs specgen[report]).")]
+
+CONFIG_HELP = (
+    "A speculative configuration to compare with plain decoding (repeatable): "
+    "lookup[:k=N,ngram=N,ngram_min=N,policy=P], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P], P = fixed (default), cost or heuristic; with an adaptive policy k is the ceiling. Default: lookup:k=8."
+)
+# The shared options, told as a bench sees them: per request, and the same for every configuration.
+TargetOpt = retold(ModelOpt, "Target model (path, models.toml name or hf: reference). Default: the embedded Gemma 3 270M.")
+RequestMaxTokOpt = retold(MaxTokOpt, "Tokens per request, unless the request sets max_tokens.")
+FixedLengthOpt = retold(IgnoreEosOpt, "Always generate max_tokens (fixed-length comparisons).")
+RequestTempOpt = retold(TempOpt, "Temperature for requests that set none; 0 = greedy.")
+RequestTopKOpt = retold(TopKOpt, "Top-k for sampled requests (0 = off).")
+RequestTopPOpt = retold(TopPOpt, "Top-p for sampled requests.")
+RequestMinPOpt = retold(MinPOpt, "Min-p for sampled requests.")
+RequestSeedOpt = retold(SeedOpt, "Seed for requests that set none (same for every configuration).", int)
+SummaryJsonOpt = retold(JsonOpt, "Print the summary as one JSON object on stdout.")
+
+
+def bench(
+    requests: Annotated[Optional[Path], typer.Argument(help="Requests: JSONL (prompt or messages; optional id, category, max_tokens, temperature, seed) or text, one prompt a line. Default: the bundled set.")] = None,
+    config: Annotated[Optional[List[str]], typer.Option("-C", "--config", metavar="CFG", help=CONFIG_HELP)] = None,
+    repeats: Annotated[int, typer.Option("-r", "--repeats", help="Runs of each request in each configuration (order alternates).")] = 1,
+    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Append records (JSONL) here as each request finishes.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue --out: skip requests it already records.")] = False,
+    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Also write one CSV row per run here.")] = None,
+    model: TargetOpt = None,
+    max_tokens: RequestMaxTokOpt = 64,
+    ignore_eos: FixedLengthOpt = False,
+    temp: RequestTempOpt = 0.0,
+    top_k: RequestTopKOpt = 40,
+    top_p: RequestTopPOpt = 0.95,
+    min_p: RequestMinPOpt = 0.05,
+    seed: RequestSeedOpt = 0,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N requests.")] = None,
+    warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="One short untimed run per configuration first.")] = True,
+    ctx_size: CtxOpt = 4096,
+    threads: ThreadsOpt = None,
+    gpu_layers: NglOpt = 0,
+    json_out: SummaryJsonOpt = False,
+    concurrency: Annotated[Optional[str], typer.Option("--concurrency", metavar="LEVELS", help="Serve the whole set at once at each level, e.g. 1,2,4,8 (requests share one context, continuous batching): throughput and latency against concurrency, plain vs speculative.")] = None,
+    report: ReportOpt = None,
+) -> None:
+    """Serve a batch of requests plain and speculative, side by side; per-request latency change and speedup."""
+    from specgen import __version__, bench as B
+
+    settings = B.Settings(max_tokens, repeats, ignore_eos, temp, top_k, top_p, min_p, seed, warmup)
+    settings.validate()
+    if report is not None:
+        from specgen.report import require_plotly
+
+        require_plotly()
+    if concurrency is not None:
+        for flag, on in (("--resume", resume), ("--csv", csv_out is not None)):
+            if on:
+                raise SpecgenError(f"{flag} is not supported with --concurrency")
+        levels = B.parse_concurrency(concurrency)
+        return _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed, report)
+    if limit is not None and limit < 1:
+        raise SpecgenError(f"--limit must be >= 1 (got {limit})")
+    if resume and out is None:
+        raise SpecgenError("--resume needs --out (the record file to continue)")
+    if threads is not None and threads < 1:
+        raise SpecgenError(f"-t/--threads must be >= 1 (got {threads})")
+    configs = B.parse_configs(config)
+    reqs = B.load_requests(requests)[:limit]
+    for path, flag in ((out, "--out"), (csv_out, "--csv"), (report, "--report")):
+        if path is not None:
+            _check_writable(path, flag)
+
+    setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers)
+    sink = None
+    try:
+        names = [c.name for c in setup.configs]
+        meta = {
+            "specgen": __version__,
+            "model": str(setup.target_path),
+            "configs": names,
+            **settings.meta(),
+            "temperature": temp,
+            "threads": setup.target.n_threads,
+            "requests": str(requests) if requests else "<bundled>",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        sink = B.RecordFile(out, meta, resume=resume) if out else _MemorySink()
+        done = sink.done_ids()
+        pending = [r for r in reqs if r.id not in done]
+        con = render.stderr_console(width_when_piped=True)
+        runs_total = len(pending) * len(names) * repeats
+        con.print(
+            f"bench: {len(pending)} requests × {len(names)} configurations × {repeats} repeat{'s' * (repeats > 1)}"
+            f" = {runs_total} runs · {setup.target_path.name} · {setup.target.n_threads} threads · max_tokens {max_tokens}"
+            + (f" · {len(reqs) - len(pending)} already recorded" if done else "")
+        )
+        runner = B.Runner(setup, settings)
+        prepared = runner.prepare(pending)
+        interrupted = False
+        progress = render.BenchProgress(con, runs_total, names)
+        try:
+            if prepared and warmup:
+                progress.note("warming up")
+                runner.warm_up(prepared)
+            with progress:
+                runner.run(prepared, sink.append, on_run=progress.on_run, on_request=progress.on_request)
+        except KeyboardInterrupt:
+            interrupted = True
+        records = [r for r in sink.records]
+        summary = B.summarize(records, names)
+        if records:
+            render.print_bench(con, records, setup.configs, summary)
+        t = runner.timing.to_dict()
+        con.print(
+            f"bench overhead: {1000 * t['overhead_s']:.0f} ms of {t['measured_s']:.1f} s measured "
+            f"({100 * t['overhead_share']:.2f}%, {t['overhead_per_run_ms']:.1f} ms a run); "
+            f"warm-up {t['warmup_s']:.1f} s" + (f" · records: {out}" if out else "")
+        )
+        if interrupted:
+            con.print(f"interrupted: {len(records)} requests recorded" + (f" in {out} (--resume continues)" if out else ""))
+        if csv_out is not None:
+            B.write_csv(csv_out, records)
+        if report is not None:
+            _write_report(con, report, meta, records)
+        if json_out:
+            obj = {
+                "model": str(setup.target_path),
+                "configs": names,
+                "settings": {**settings.meta(), "temperature": temp, "seed": seed, "threads": setup.target.n_threads},
+                "requests": {"total": len(reqs), "recorded": len(records), "this_run": runner.timing.runs // max(len(names) * repeats, 1)},
+                "interrupted": interrupted,
+                "summary": summary,
+                "per_request": [
+                    {"id": r["id"], "category": r["category"], "speedup": r["speedup"], "latency_change_ms": r["latency_change_ms"]}
+                    for r in records
+                ],
+                "overhead": t,
+                "out": str(out) if out else None,
+                "csv": str(csv_out) if csv_out else None,
+            }
+            sys.stdout.write(json.dumps(obj) + "\n")
+            sys.stdout.flush()
+        if interrupted:
+            raise typer.Exit(130)
+    finally:
+        if sink is not None:
+            sink.close()
+        setup.close()
+
+
+def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed, report=None) -> None:
+    """`specgen bench --concurrency`: the set served at once at each level."""
+    from specgen import __version__, bench as B
+
+    if limit is not None and limit < 1:
+        raise SpecgenError(f"--limit must be >= 1 (got {limit})")
+    if threads is not None and threads < 1:
+        raise SpecgenError(f"-t/--threads must be >= 1 (got {threads})")
+    configs = B.parse_configs(config)
+    reqs = B.load_requests(requests)[:limit]
+    for path, flag in ((out, "--out"), (report, "--report")):
+        if path is not None:
+            _check_writable(path, flag)
+    setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, n_seq_max=max(levels))
+    sink = None
+    try:
+        names = [c.name for c in setup.configs]
+        prepared = B.Runner(setup, settings).prepare(reqs)
+        B.check_concurrency(levels, prepared, setup.target.n_ctx, max((c.k or 0) for c in setup.configs), setup.target.n_batch)
+        meta = {
+            "specgen": __version__, "model": str(setup.target_path), "configs": names, "concurrency": levels,
+            **settings.meta(), "temperature": temp, "threads": setup.target.n_threads,
+            "requests": str(requests) if requests else "<bundled>", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        sink = B.RecordFile(out, meta, resume=False) if out else _MemorySink()
+        con = render.stderr_console(width_when_piped=True)
+        total = len(levels) * len(names) * settings.repeats
+        con.print(
+            f"bench: {len(prepared)} requests served at once at concurrency {', '.join(map(str, levels))} × "
+            f"{len(names)} configurations × {settings.repeats} repeat{'s' * (settings.repeats > 1)} = {total} batches · "
+            f"{setup.target_path.name} · {setup.target.n_threads} threads · max_tokens {settings.max_tokens} · "
+            f"one context of {setup.target.n_ctx} tokens"
+        )
+        runner = B.SweepRunner(setup, settings, levels)
+        interrupted = False
+        try:
+            if settings.warmup:
+                runner.warm_up(prepared)
+
+            def on_run(done, total, level, c):
+                con.print(f"[dim][{done + 1}/{total}] concurrency {level} · {c.label}[/dim]")
+
+            runner.run(prepared, sink.append, on_run=on_run)
+        except KeyboardInterrupt:
+            interrupted = True
+        records = list(sink.records)
+        summary = B.summarize_sweep(records, names)
+        if records:
+            render.print_sweep(con, summary, setup.configs)
+        if interrupted:
+            con.print(f"interrupted: {len(records)} batches recorded" + (f" in {out}" if out else ""))
+        if report is not None:
+            _write_report(con, report, meta, records)
+        if json_out:
+            obj = {
+                "model": str(setup.target_path), "configs": names, "concurrency": levels,
+                "settings": {**settings.meta(), "temperature": temp, "seed": seed, "threads": setup.target.n_threads},
+                "n_ctx": setup.target.n_ctx, "interrupted": interrupted, "summary": summary,
+                "runs": [{k: v for k, v in r.items() if k != "requests"} for r in records],
+                "out": str(out) if out else None,
+            }
+            sys.stdout.write(json.dumps(obj) + "\n")
+            sys.stdout.flush()
+        if interrupted:
+            raise typer.Exit(130)
+    finally:
+        if sink is not None:
+            sink.close()
+        setup.close()
+
+
+class _MemorySink:
+    """Records kept in memory when there is no --out."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def done_ids(self) -> set[str]:
+        return set()
+
+    def append(self, record: dict) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        pass
+
+
+def report(
+    records: Annotated[Path, typer.Argument(help="A records file written by `specgen bench --out`.")],
+    out: Annotated[Optional[Path], typer.Option("-o", "--out", metavar="FILE.html", help="Where to write the page. Default: RECORDS with .html.")] = None,
+) -> None:
+    """Rebuild the HTML report (charts and tables, one self-contained page) from a bench records file."""
+    from specgen.report import report_file
+
+    out = out if out is not None else records.with_suffix(".html")
+    if out.resolve() == records.resolve():
+        raise SpecgenError(f"-o/--out {out} is the records file itself")
+    _check_writable(out, "-o/--out")
+    report_file(records, out)
+    render.stderr_console(width_when_piped=True).print(f"report: {out}")
+
+
+def _write_report(con, path: Path, meta: dict, records: list) -> None:
+    """The page for --report, after the run (nothing recorded: nothing written)."""
+    from specgen.report import write_report
+
+    if not records:
+        con.print(f"report: nothing recorded, {path} not written")
+        return
+    write_report(path, meta, records)
+    con.print(f"report: {path}")
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """Fail before loading models, not after the first hour of runs."""
+    if path.is_dir():
+        raise SpecgenError(f"cannot write {flag} {path}: it is a directory")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise SpecgenError(f"cannot write {flag} {path}: no directory {parent}")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        raise SpecgenError(f"cannot write {flag} {path}: permission denied")

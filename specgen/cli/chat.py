@@ -1,0 +1,406 @@
+"""`specgen chat` and `specgen rewrite`: reading input, driving the generation, the notes on stderr.
+
+The logic lives in specgen.chat and specgen.rewrite; the printing in render.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import typer
+from typing_extensions import Annotated
+
+import specgen.cli.render as render
+from specgen.cli.options import (
+    CtxOpt,
+    DraftMaxOpt,
+    DraftOpt,
+    LookupOpt,
+    MaxTokOpt,
+    MinPOpt,
+    ModelOpt,
+    NglOpt,
+    NgramMaxOpt,
+    NgramMinOpt,
+    NoSpecOpt,
+    PairOpt,
+    SeedOpt,
+    TempOpt,
+    TemplateOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+    check_max_tokens,
+    read_stdin_bytes,
+    retold,
+    sampling_params,
+)
+from specgen.drafters import NGRAM_MAX
+from specgen.errors import SpecgenError
+
+SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
+ReplyMaxTokOpt = retold(MaxTokOpt, "Tokens per reply at most.")
+ChatTempOpt = retold(TempOpt, "Temperature; 0 = greedy. 0.7 keeps a small model from looping; --seed makes it reproducible.")
+RewriteMaxTokOpt = retold(MaxTokOpt, "Tokens to generate at most (default: twice the file's, within the context).", Optional[int])
+RewriteTemplateOpt = retold(
+    TemplateOpt, "auto (the GGUF's chat template, else a completion-style prompt), none, gguf, gemma, plain, or a Jinja file."
+)
+
+
+def _merge(into, st) -> None:
+    """Add one reply's Stats to the session's."""
+    into.prompt_tokens += st.prompt_tokens
+    into.generated += st.generated
+    into.rounds += st.rounds
+    into.drafted += st.drafted
+    into.accepted += st.accepted
+    for name in ("drafted_at", "accepted_at"):
+        a, b = getattr(into, name), getattr(st, name)
+        a.extend([0] * (len(b) - len(a)))
+        for i, v in enumerate(b):
+            a[i] += v
+    into.k_chosen.update(st.k_chosen)
+    for name in ("prefill_s", "total_s", "draft_s", "verify_s"):
+        setattr(into, name, getattr(into, name) + getattr(st, name))
+    into.stop_reason = st.stop_reason
+
+
+def _make_policy(loaded, k: int, fixed: bool, draft_engine):
+    """The loop's draft-length policy: exactly k (-k, /k) or the loader's adaptive one up to k."""
+    from specgen.loader import make_policy
+
+    return make_policy("fixed" if fixed else loaded.policy_name, k, loaded.target, draft_engine)
+
+
+def _stats_table(st, mode: str, k: int, policy):
+    return render.stats_table(st, mode, k, getattr(policy, "name", "fixed"))
+
+
+# -- chat ----------------------------------------------------------------------------
+
+
+@dataclass
+class _ChatState:
+    """What the slash commands change: speculation on or off, which drafter, k, and the policy."""
+
+    loaded: object  # the loader's models
+    model_drafter: object  # the draft model's drafter, None without -d
+    lookup_drafter: object
+    spec: bool
+    use_lookup: bool
+    k: int
+    fixed_k: bool  # -k or /k given: exactly k a round; else the loader's policy up to k
+    policy: object = None
+
+    def mode(self) -> str:
+        return "plain" if not self.spec else "lookup" if self.use_lookup else "draft"
+
+    def drafter(self):
+        return (self.lookup_drafter if self.use_lookup else self.model_drafter) if self.spec else None
+
+    def k_label(self) -> str:
+        return render.k_label(self.k, self.policy)
+
+    def new_policy(self) -> None:
+        # One policy for the session: its acceptance estimates carry across turns.
+        engine = None if self.use_lookup else self.loaded.draft_engine
+        self.policy = _make_policy(self.loaded, self.k, self.fixed_k, engine) if self.spec else None
+
+
+def _command(cmd, state: _ChatState, conv, session, n_ctx: int, system: str | None) -> bool:
+    """Carry out a slash command; False when it ends the chat."""
+    from specgen.chat import HELP
+
+    note = render.note
+    if cmd.name == "exit":
+        return False
+    if cmd.name == "help":
+        for usage, what in HELP:
+            note(f"  {usage:<14} {what}")
+    elif cmd.name == "stats":
+        render.stderr_console().print(_stats_table(session, state.mode(), state.k, state.policy))
+        note(f"turns {conv.turns} · context {len(conv.tokens)}/{n_ctx} tokens")
+    elif cmd.name == "k":
+        state.k, state.fixed_k = cmd.arg, True
+        state.new_policy()
+        note(f"drafting {state.k} tokens per round" + ("" if state.spec else " (speculation is off: /spec on)"))
+    elif cmd.name == "spec":
+        state.spec = cmd.arg
+        state.new_policy()
+        note(f"speculative decoding {'on: ' + state.mode() + ' ' + state.k_label() if state.spec else 'off: plain decoding'}")
+    elif cmd.name == "lookup":
+        if state.use_lookup and state.model_drafter is not None:
+            state.use_lookup = False
+            note(f"drafting with the draft model {state.loaded.draft_path.name}")
+        elif state.use_lookup and state.spec:
+            note("already drafting by prompt lookup")
+        else:
+            state.use_lookup = True
+            note("drafting by prompt lookup")
+        state.spec = True
+        state.new_policy()
+    elif cmd.name == "reset":
+        conv.reset()
+        note("conversation reset" + (" (the system prompt stays)" if system else ""))
+    return True
+
+
+def _read_line(interactive: bool) -> str | None:
+    """One line of input, None at end of input (Ctrl-D)."""
+    if interactive:
+        sys.stderr.write("\x1b[1m>\x1b[0m " if render.colour_enabled(sys.stderr) else "> ")
+        sys.stderr.flush()
+        try:
+            return input()
+        except EOFError:
+            sys.stderr.write("\n")
+            return None
+    line = sys.stdin.readline() if sys.stdin is not None else ""
+    return None if line == "" else line.rstrip("\r\n")
+
+
+def chat(
+    system: SystemOpt = None,
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    lookup: LookupOpt = False,
+    no_spec: NoSpecOpt = False,
+    pair: PairOpt = None,
+    draft_max: DraftMaxOpt = None,
+    max_tokens: ReplyMaxTokOpt = 512,
+    temp: ChatTempOpt = 0.7,
+    top_k: TopKOpt = 40,
+    top_p: TopPOpt = 0.95,
+    min_p: MinPOpt = 0.05,
+    seed: SeedOpt = None,
+    ctx_size: CtxOpt = 4096,
+    threads: ThreadsOpt = None,
+    gpu_layers: NglOpt = 0,
+    ngram_max: NgramMaxOpt = NGRAM_MAX,
+    ngram_min: NgramMinOpt = 1,
+    template: TemplateOpt = None,
+) -> None:
+    """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
+    from specgen.chat import ContextFull, Conversation, format_for, message_text, parse_command
+    from specgen.decoding import Generation, Stats
+    from specgen.drafters import PromptLookup
+    from specgen.engine import common_prefix
+    from specgen.loader import DEFAULT_DRAFT_MAX, ModelOptions, open_models
+
+    note = render.note
+    check_max_tokens(max_tokens)
+    params = sampling_params(temp, top_k, top_p, min_p, seed)
+    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min)
+    opts.validate()
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    if interactive:
+        try:
+            import readline  # noqa: F401 - line editing and history for input()
+        except ImportError:
+            pass
+    loaded = open_models(opts)
+    try:
+        target = loaded.target
+        fmt = format_for(target, template)
+        conv = Conversation(fmt, target, system)
+        model_drafter = loaded.drafter if loaded.mode == "draft" else None
+        state = _ChatState(
+            loaded, model_drafter,
+            lookup_drafter=loaded.drafter if loaded.mode == "lookup" else PromptLookup(ngram_max, ngram_min),
+            spec=loaded.mode != "plain",
+            use_lookup=model_drafter is None,
+            k=loaded.draft_max or draft_max or DEFAULT_DRAFT_MAX["draft" if model_drafter else "lookup"],
+            fixed_k=draft_max is not None,
+        )
+        state.new_policy()
+        session = Stats()
+        if interactive:
+            note(
+                f"specgen chat · {loaded.target_path.name} · template {fmt.name} · {state.mode()}"
+                f"{' ' + state.k_label() if state.spec else ''} · temp {temp:g} · /help for commands, Ctrl-D quits"
+            )
+        turn = 0
+        while True:
+            try:
+                line = _read_line(interactive)
+            except KeyboardInterrupt:
+                sys.stderr.write("\n")
+                note("(Ctrl-D or /exit quits)")
+                continue
+            if line is None:
+                break
+            if not line.strip():
+                continue
+            try:
+                cmd = parse_command(line)
+            except SpecgenError as exc:
+                note(str(exc))
+                continue
+            if cmd is not None:
+                if not _command(cmd, state, conv, session, target.n_ctx, system):
+                    break
+                continue
+
+            conv.add_user(message_text(line))
+            reserve = min(max_tokens, target.n_ctx // 4)
+            try:
+                prompt, dropped = conv.fit(target.n_ctx, reserve)
+            except ContextFull as exc:
+                conv.drop_pending_user()
+                note(str(exc))
+                continue
+            if dropped:
+                note(f"context nearly full: dropped the {dropped} oldest turn{'s' if dropped > 1 else ''} to make room (/reset starts afresh)")
+            cached = min(common_prefix(target.kv_tokens(0), prompt), len(prompt) - 1)
+            turn_params = replace(params, seed=seed + turn) if seed is not None else params
+            drafter = state.drafter()
+            stream = render.TextStream(target, sys.stdout, fmt.stop)
+            try:
+                gen = Generation(
+                    target, prompt, drafter, draft_max=state.k if drafter else 0,
+                    max_tokens=min(max_tokens, target.n_ctx - len(prompt)), params=turn_params,
+                    policy=state.policy if drafter else None,
+                )
+                interrupted = render.follow(gen, stream)
+            except SpecgenError as exc:  # a failed reply ends the turn, not the chat
+                sys.stdout.write("\n")
+                conv.drop_pending_user()
+                note(f"error: {exc}")
+                continue
+            turn += 1
+            if not "".join(stream.written).endswith("\n"):
+                sys.stdout.write("\n")  # one reply, one or more whole lines
+                sys.stdout.flush()
+            if interrupted and not gen.tokens:
+                conv.drop_pending_user()
+            else:
+                conv.add_reply(stream.text, prompt, list(gen.tokens))
+            st = gen.stats
+            _merge(session, st)
+            note(render.reply_status(st, state.mode(), state.k_label(), len(prompt) - cached, cached))
+            used = len(conv.tokens)
+            if st.stop_reason == "context_full" or used + reserve > target.n_ctx:
+                note(
+                    f"context {render.pct(used / target.n_ctx)} full ({used}/{target.n_ctx} tokens): "
+                    f"the oldest turns will be dropped to make room; /reset starts afresh"
+                )
+    except BrokenPipeError:
+        render.hang_up()
+    finally:
+        loaded.close()
+
+
+# -- rewrite ---------------------------------------------------------------------------
+
+
+def rewrite(
+    file: Annotated[str, typer.Argument(help="The file to rewrite ('-' = stdin).", show_default=False)],
+    instruction: Annotated[str, typer.Option("-i", "--instruction", help="What to do with the file.")],
+    output: Annotated[Optional[str], typer.Option("-o", "--output", help="Write the result to OUT (atomically) instead of stdout.", metavar="OUT")] = None,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Replace FILE atomically; the old one is kept as FILE.bak.")] = False,
+    no_backup: Annotated[bool, typer.Option("--no-backup", help="With --in-place: keep no FILE.bak.")] = False,
+    show_diff: Annotated[bool, typer.Option("--diff", help="Show a unified diff of the change on stderr.")] = False,
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    lookup: LookupOpt = False,
+    no_spec: NoSpecOpt = False,
+    pair: PairOpt = None,
+    draft_max: DraftMaxOpt = None,
+    max_tokens: RewriteMaxTokOpt = None,
+    temp: TempOpt = 0.0,
+    top_k: TopKOpt = 40,
+    top_p: TopPOpt = 0.95,
+    min_p: MinPOpt = 0.05,
+    seed: SeedOpt = None,
+    ctx_size: CtxOpt = 4096,
+    threads: ThreadsOpt = None,
+    gpu_layers: NglOpt = 0,
+    ngram_max: NgramMaxOpt = NGRAM_MAX,
+    ngram_min: NgramMinOpt = 1,
+    template: RewriteTemplateOpt = None,
+) -> None:
+    """Rewrite a file as instructed; prompt lookup drafts from the file by default."""
+    from specgen import rewrite as rw
+    from specgen.chat import format_for
+    from specgen.decoding import Generation
+    from specgen.loader import ModelOptions, open_models
+
+    note = render.note
+    check_max_tokens(max_tokens)
+    params = sampling_params(temp, top_k, top_p, min_p, seed)
+    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min)
+    opts.validate()
+    if not instruction.strip():
+        raise SpecgenError("empty instruction: -i/--instruction says what to do with the file")
+    rw.check_options(file, output, in_place, no_backup)
+    src = rw.read_source(file, read_stdin_bytes, rw.max_bytes_for(ctx_size))
+    plan = rw.plan_output(src, output, in_place, no_backup)
+    loaded = open_models(opts)
+    try:
+        target = loaded.target
+        use_template = template or "auto"
+        if use_template == "none" or (use_template == "auto" and not target.chat_template()):
+            fmt = None
+        else:
+            fmt = format_for(target, use_template)
+        prompt = rw.build_prompt(target, instruction, src.text, fmt)
+        rw.check_fits(prompt, target.n_ctx, src.name)
+        limit = max_tokens or rw.default_max_tokens(prompt, target.n_ctx)
+        policy = None
+        if loaded.mode != "plain":
+            policy = _make_policy(loaded, loaded.draft_max, draft_max is not None, loaded.draft_engine)
+        gen = Generation(
+            target, prompt.tokens, loaded.drafter, draft_max=loaded.draft_max, max_tokens=limit, params=params,
+            policy=policy,
+        )
+        dest = plan.path or "stdout"
+        note(
+            f"rewriting {src.name} ({prompt.content_tokens} tokens) to {dest} · "
+            f"{loaded.mode}{' ' + render.k_label(loaded.draft_max, policy) if loaded.mode != 'plain' else ''} · "
+            f"prompt {'template ' + fmt.name if fmt else 'completion-style'}"
+        )
+        status = render.StatusLine(shared_terminal=sys.stdout.isatty() and plan.path is None)
+        stream = render.TextStream(target, sys.stdout if plan.path is None else None, [prompt.stop])
+        start = time.perf_counter()
+        status.start()
+        try:
+            interrupted = render.follow(gen, stream, lambda st, r: status.show(render.round_status(st, r, time.perf_counter() - start)))
+        finally:
+            status.stop()
+        new_text = rw.finish_text(stream.text, src.text)
+        streamed = "".join(stream.written)
+        if plan.path is None and new_text.startswith(streamed):  # the newline that went with the fence
+            sys.stdout.write(new_text[len(streamed) :])
+            sys.stdout.flush()
+        st = gen.stats
+        table = _stats_table(st, loaded.mode, loaded.draft_max, policy)
+        table.add_row("from drafts", f"{st.accepted} of {st.generated} output tokens ({render.pct(rw.draft_share(st.accepted, st.generated))})")
+        if interrupted:
+            render.stderr_console().print(table)
+            note(f"interrupted: {plan.path} left unchanged" if plan.path else "interrupted")
+            raise typer.Exit(130)
+        if st.stop_reason in ("max_tokens", "context_full"):
+            render.stderr_console().print(table)
+            raise SpecgenError(
+                f"the rewrite reached {st.generated} tokens before the model finished: "
+                + (f"{plan.path} left unchanged" if plan.path else "output incomplete")
+                + " (raise -n/--max-tokens" + (" or -c/--ctx-size)" if st.stop_reason == "context_full" else ")")
+            )
+        if show_diff:
+            render.show_diff(rw.unified_diff(src.text, new_text, src.name))
+        if plan.path is not None:
+            if plan.in_place and new_text == src.text:
+                render.stderr_console().print(table)
+                note(f"no changes: {src.name} left as it was")
+                return
+            rw.atomic_write(plan.path, new_text.encode("utf-8"), backup=plan.backup, mode=plan.mode)
+        render.stderr_console().print(table)
+        if plan.path is not None:
+            note(f"wrote {plan.path}" + (f" (the old file is {plan.backup})" if plan.backup else ""))
+    except BrokenPipeError:
+        render.hang_up()
+    finally:
+        loaded.close()

@@ -1,0 +1,580 @@
+"""Everything the commands show: the one text streamer, the live status line, notes, tables and charts.
+
+stdout carries generated text only; everything else goes to stderr. Colour
+(accepted-draft tokens vs the target's own) only when the stream is a
+terminal and NO_COLOR is unset.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import os
+import shutil
+import sys
+from typing import TYPE_CHECKING, Callable, Sequence, TextIO
+
+if TYPE_CHECKING:
+    from specgen.decoding import Generation, Round, Stats
+
+DRAFT_COLOUR = "\x1b[36m"  # cyan: tokens the drafter proposed and the target accepted
+RESET = "\x1b[0m"
+
+
+def colour_enabled(stream: TextIO) -> bool:
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def stderr_console(width_when_piped: bool = False):
+    """A rich console on stderr; `width_when_piped`: a fixed width (COLUMNS, else 200) when not a terminal."""
+    from rich.console import Console
+
+    width = None
+    if width_when_piped and not sys.stderr.isatty():
+        width = int(os.environ.get("COLUMNS", 0)) or 200
+    return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, width=width)
+
+
+def hang_up() -> None:
+    """The reader closed stdout (`| head`): stop quietly with status 0, as Unix tools do."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush finds a sink
+    except (OSError, ValueError, AttributeError):
+        pass  # a stdout without a file descriptor (tests)
+    raise SystemExit(0)
+
+
+def note(line: str) -> None:
+    """One line on stderr, dimmed on a terminal."""
+    sys.stderr.write((f"\x1b[2m{line}\x1b[0m" if colour_enabled(sys.stderr) else line) + "\n")
+    sys.stderr.flush()
+
+
+def pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+# -- generated text ------------------------------------------------------------------
+
+
+class TextStream:
+    """Writes each round's tokens as UTF-8 text, flushed per round; accepted drafts in colour on a terminal.
+
+    With stop strings, text that may begin one is held back, and nothing from a
+    stop string on is ever written. `out=None` writes nothing (the text is still
+    kept). `text` is everything generated, without a stop string.
+    """
+
+    def __init__(self, engine, out: TextIO | None, stops: Sequence[str] = (), colour: bool | None = None) -> None:
+        from specgen.chat import StopScanner
+
+        self.engine = engine
+        self.out = out
+        self.colour = out is not None and (colour_enabled(out) if colour is None else colour)
+        self._scan = StopScanner(stops)
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.written: list[str] = []
+
+    @property
+    def stopped(self) -> bool:
+        return self._scan.stopped
+
+    @property
+    def text(self) -> str:
+        return self._scan.text
+
+    def _decode(self, tokens) -> str:
+        return self._utf8.decode(b"".join(self.engine.piece(t) for t in tokens))
+
+    def _write(self, pieces) -> None:
+        if self.out is None or not pieces:
+            return
+        for text, tag in pieces:
+            self.written.append(text)
+            self.out.write(f"{DRAFT_COLOUR}{text}{RESET}" if self.colour and tag == "draft" else text)
+        self.out.flush()
+
+    def write_round(self, r: Round) -> None:
+        drafted = self._scan.feed(self._decode(r.tokens[: r.accepted]), "draft")
+        self._write(drafted + self._scan.feed(self._decode(r.tokens[r.accepted :]), "own"))
+
+    def finish(self) -> str:
+        """Write what was held back (unless a stop string ended the text); return the text."""
+        if not self.stopped:
+            self._write(self._scan.feed(self._utf8.decode(b"", final=True), "own") + self._scan.finish())
+        return self.text
+
+
+def follow(gen: Generation, stream: TextStream, on_round: Callable | None = None) -> bool:
+    """Run a Generation to its end, a stop string, or Ctrl-C, streaming its text; True if interrupted."""
+    interrupted = False
+    it = iter(gen)
+    try:
+        for r in it:
+            stream.write_round(r)
+            if on_round is not None:
+                on_round(gen.stats, r)
+            if stream.stopped:
+                gen.stats.stop_reason = "stop"
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        gen.interrupt()
+    finally:
+        it.close()
+    stream.finish()
+    return interrupted
+
+
+class StatusLine:
+    """A live one-line status on stderr, in the terminal's bottom row.
+
+    When text streams to the same terminal, the bottom row is kept out of the
+    scrolling region (as apt does), so the status never mixes with the text.
+    """
+
+    def __init__(self, err: TextIO | None = None, shared_terminal: bool | None = None) -> None:
+        self.err = err or sys.stderr
+        self.enabled = self.err.isatty()
+        self.shared = sys.stdout.isatty() if shared_terminal is None else shared_terminal
+        self.rows = shutil.get_terminal_size().lines
+        self.active = False
+
+    def start(self) -> None:
+        if not self.enabled or not self.shared:
+            return
+        # Reserve the bottom row: scroll region 1..rows-1.
+        self.err.write(f"\n\x1b7\x1b[1;{self.rows - 1}r\x1b8\x1b[1A")
+        self.err.flush()
+        self.active = True
+
+    def show(self, text: str) -> None:
+        if not self.enabled:
+            return
+        width = shutil.get_terminal_size().columns
+        text = text[: width - 1]
+        if self.active:
+            self.err.write(f"\x1b7\x1b[{self.rows};1H\x1b[2K{text}\x1b8")
+        else:
+            self.err.write(f"\r\x1b[2K{text}")
+        self.err.flush()
+
+    def stop(self) -> None:
+        if not self.enabled:
+            return
+        if self.active:
+            self.err.write(f"\x1b7\x1b[1;{self.rows}r\x1b[{self.rows};1H\x1b[2K\x1b8")
+            self.active = False
+        else:
+            self.err.write("\r\x1b[2K")
+        self.err.flush()
+
+
+def round_status(st: Stats, r: Round, elapsed: float) -> str:
+    rate = f"{100 * st.acceptance_rate:.0f}%" if st.drafted else "-"
+    tps = st.generated / elapsed if elapsed > 0 else 0.0
+    return (
+        f"round {st.rounds} | drafted {r.drafted} accepted {r.accepted} | "
+        f"acceptance {rate} | mean len {st.mean_accepted_len:.2f} | {tps:.1f} tok/s"
+    )
+
+
+# -- run, chat, rewrite: one generation's numbers ---------------------------------------------
+
+
+def stats_table(st: Stats, mode: str, draft_max: int, policy: str = "fixed"):
+    from rich.table import Table
+
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    pos = " ".join(f"{100 * a:.0f}%" for a in st.per_position) or "-"
+    rows = [
+        ("mode", mode + ("" if mode == "plain" else f" (k = {draft_max})" if policy == "fixed" else f" ({policy} policy, k <= {draft_max})")),
+        ("tokens", f"{st.generated} generated, {st.prompt_tokens} prompt ({st.stop_reason or 'running'})"),
+        ("time", f"{st.total_s:.2f} s total, {1000 * st.prefill_s:.0f} ms to first token"),
+        ("speed", f"{st.tokens_per_s:.1f} tok/s decode"),
+        ("rounds", f"{st.rounds}"),
+        ("drafted", f"{st.drafted}, accepted {st.accepted} ({100 * st.acceptance_rate:.1f}%)"),
+        ("mean accepted length", f"{st.mean_accepted_len:.2f} tokens/round"),
+        ("per position", pos),
+    ]
+    if mode != "plain" and policy != "fixed":
+        rows.append(("k chosen", " ".join(f"{k}:{n}" for k, n in sorted(st.k_chosen.items()))))
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def k_label(k: int, policy) -> str:
+    return f"k={k}" if policy is None or getattr(policy, "name", "fixed") == "fixed" else f"k<={k} ({policy.name})"
+
+
+def reply_status(st: Stats, mode: str, k_text: str, prefilled: int, cached: int) -> str:
+    """The line under each chat reply."""
+    parts = [f"{st.generated} tokens", f"{st.tokens_per_s:.1f} tok/s", f"prefill {prefilled} new + {cached} cached"]
+    if mode == "plain":
+        parts.append("plain decoding")
+    else:
+        rate = pct(st.acceptance_rate) if st.drafted else "-"
+        parts.append(f"{mode} {k_text}: accepted {st.accepted}/{st.drafted} ({rate})")
+        parts.append(f"{pct(st.accepted / st.generated if st.generated else 0)} of the reply from drafts")
+    if st.stop_reason in ("max_tokens", "context_full", "interrupted"):
+        parts.append(st.stop_reason.replace("_", " "))
+    return "[" + " · ".join(parts) + "]"
+
+
+def show_diff(text: str) -> None:
+    """A unified diff on stderr, coloured on a terminal."""
+    if not text:
+        note("diff: no changes")
+        return
+    if colour_enabled(sys.stderr):
+        colours = {"+": "\x1b[32m", "-": "\x1b[31m", "@": "\x1b[36m"}
+        lines = []
+        for line in text.splitlines(keepends=True):
+            c = colours.get(line[:1]) if not line.startswith(("+++", "---")) else "\x1b[1m"
+            lines.append(f"{c}{line.rstrip(chr(10))}\x1b[0m\n" if c else line)
+        text = "".join(lines)
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+# -- check, models, tune ----------------------------------------------------------------------
+
+
+def print_check(report) -> None:
+    con = stderr_console()
+    for name, ok, detail in report.checks:
+        con.print(f"{'ok  ' if ok else 'FAIL'}  {name}: {detail}")
+    con.print("compatible" if report.compatible else f"incompatible: {report.first_problem()}")
+
+
+def print_models(rows: list[dict], pairs: dict) -> None:
+    """The models and pairs tables, on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="models")
+    for col in ("name", "source", "present"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["source"], "yes" if r["present"] else "no")
+    p = Table(title="pairs")
+    for col in ("name", "target", "draft", "k"):
+        p.add_column(col)
+    for n, pe in pairs.items():
+        p.add_row(n, pe.target, pe.draft, str(pe.draft_max or ""))
+    con = Console()
+    con.print(t)
+    con.print(p)
+
+
+def tune_table(mode: str, prediction: list[dict], alphas: list[float], verify: list[float]):
+    from rich.table import Table
+
+    t = Table(title=f"{mode}: predicted speedup per k (Leviathan, measured verify cost)")
+    for col in ("k", "α at k", "verify ms", "tokens/round", "speedup"):
+        t.add_column(col, justify="right")
+    for row in prediction:
+        k = row["k"]
+        t.add_row(str(k), f"{alphas[k - 1]:.2f}" if k else "-", f"{1000 * verify[min(k + 1, 32)]:.1f}",
+                  f"{row['tokens_per_round']:.2f}", f"{row['speedup']:.2f}x")
+    return t
+
+
+# -- bench: progress ------------------------------------------------------------------------
+
+
+class BenchProgress:
+    """A bar with ETA on a terminal; one line per finished request otherwise."""
+
+    def __init__(self, con, total: int, names: list[str]) -> None:
+        self.con, self.total, self.names = con, total, names
+        self.live = con.is_terminal
+        self._bar = None
+        self._task = None
+        self._count = 0
+
+    def note(self, text: str) -> None:
+        if self.live:
+            self.con.print(f"[dim]{text}…[/dim]")
+
+    def __enter__(self):
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
+                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.con, transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("bench", total=self.total)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def on_run(self, done: int, total: int, p, config) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, description=f"{p.req.id} · {config.label}")
+
+    def on_request(self, r: dict) -> None:
+        self._count += 1
+        runs = len(r["runs"])
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self._count * runs)
+            return
+        plain = _median_ms(r, "plain")
+        parts = [f"plain {plain:.0f} ms"]
+        for name, s in r["speedup"].items():
+            parts.append(f"{name} {_median_ms(r, name):.0f} ms ({s:.2f}×)")
+        self.con.print(f"[{self._count}] {r['id']} ({r['category']}): " + " · ".join(parts), soft_wrap=True)
+
+
+def _median_ms(r: dict, name: str) -> float:
+    from statistics import median
+
+    return 1000 * median(x["total_s"] for x in r["runs"] if x["config"] == name)
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}×"
+
+
+def _num(v: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+# -- bench: sequential runs --------------------------------------------------------------------
+
+
+def request_table(records, configs):
+    from rich.table import Table
+
+    t = Table(title="per request (latency = median over repeats)", title_justify="left")
+    for col in ("id", "category", "prompt", "plain ms"):
+        t.add_column(col, justify="right" if col in ("prompt", "plain ms") else "left")
+    specs = [c for c in configs if c.kind != "plain"]
+    for c in specs:
+        for col in ("ms", "Δ ms", "speedup", "acc", "same"):
+            t.add_column(f"{c.label} {col}" if col == "ms" else col, justify="right")
+    for r in records:
+        row = [r["id"], r["category"], str(r["prompt_tokens"]), f"{_median_ms(r, 'plain'):.0f}"]
+        for c in specs:
+            runs = [x for x in r["runs"] if x["config"] == c.name]
+            if not runs:
+                row += ["-"] * 5
+                continue
+            s = r["speedup"][c.name]
+            drafted = sum(x["drafted"] for x in runs)
+            acc = sum(x["accepted"] for x in runs) / drafted if drafted else None
+            same = {x["matches_plain"] for x in runs}
+            style = "green" if s >= 1 else "red"
+            row += [
+                f"{_median_ms(r, c.name):.0f}",
+                f"{r['latency_change_ms'][c.name]:+.0f}",
+                f"[{style}]{s:.2f}×[/{style}]",
+                pct(acc),
+                "-" if same == {None} else ("yes" if same == {True} else "NO"),
+            ]
+        t.add_row(*row)
+    return t
+
+
+def speedup_table(summary: dict, config):
+    """Plain vs one configuration, per category and overall."""
+    from rich.table import Table
+
+    s = summary[config.name]
+    t = Table(title=f"plain vs {config.label}", title_justify="left")
+    cols = (
+        "category", "n", "median speedup [95% CI]", "geomean [95% CI]", "slower", "tok/s plain→spec",
+        "accept", "len", "decode speedup", "predicted",
+    )
+    for col in cols:
+        t.add_column(col, justify="left" if col == "category" else "right")
+    rows = list(s["categories"].items()) + [("overall", s["overall"])]
+    for cat, g in rows:
+        if not g.get("requests"):
+            continue
+        pred = g["prediction"]
+        tp = g["throughput"]
+        t.add_row(
+            f"[bold]{cat}[/bold]" if cat == "overall" else cat,
+            str(g["requests"]),
+            f"{_x(g['median_speedup'])} [{g['median_ci95'][0]:.2f}–{g['median_ci95'][1]:.2f}]",
+            f"{_x(g['geomean_speedup'])} [{g['geomean_ci95'][0]:.2f}–{g['geomean_ci95'][1]:.2f}]",
+            pct(g["slower_share"]),
+            f"{_num(tp['plain_tokens_per_s'])}→{_num(tp['spec_tokens_per_s'])}",
+            pct(g["acceptance_rate"]),
+            _num(g["mean_accepted_len"], "{:.2f}"),
+            _x(g["decode_speedup"]),
+            _x(pred["speedup"]) if pred else "-",
+            end_section=cat == rows[-2][0] if len(rows) > 1 else False,
+        )
+    return t
+
+
+def prediction_line(summary: dict, config) -> str:
+    p = summary[config.name]["overall"].get("prediction")
+    if not p:
+        return f"{config.label}: no prediction (nothing drafted at full k, or no plain steps)"
+    unit = "a token" if p["draft_step"] == "token" else "a round"
+    return (
+        f"{config.label}: Leviathan prediction uses α = {p['alpha']:.2f}, k = {p['k']}, "
+        f"E[tokens/round] = {p['expected_tokens_per_round']:.2f}, plain step {p['t_plain_step_ms']:.1f} ms, "
+        f"verify of k+1 rows {p['t_verify_ms']:.1f} ms, drafting {p['t_draft_step_ms']:.2f} ms {unit} → "
+        f"{_x(p['speedup'])}; with the measured draft lengths {_x(p['speedup_by_k'])}; "
+        f"with the measured tokens per round instead of i.i.d. acceptance {_x(p['speedup_measured_tokens'])}"
+    )
+
+
+def bar_chart(items: list[tuple[str, float]], width: int = 48) -> list:
+    """Per-request speedup on a log scale around 1×: slower to the left, faster to the right."""
+    from rich.text import Text
+
+    if not items:
+        return []
+    items = sorted(items, key=lambda kv: kv[1], reverse=True)
+    half = width // 2
+    span = max(abs(math.log(v)) for _, v in items if v > 0) or 1.0
+    label_w = min(max(len(k) for k, _ in items), 28)
+    lines = []
+    for label, v in items:
+        n = min(half, round(abs(math.log(v)) / span * half)) if v > 0 else half
+        line = Text(f"{label[:label_w]:<{label_w}} ")
+        if v >= 1:
+            line.append(" " * half + "│")
+            line.append("█" * n, style="green")
+            line.append(" " * (half - n))
+        else:
+            line.append(" " * (half - n))
+            line.append("█" * n, style="red")
+            line.append("│" + " " * half)
+        line.append(f" {v:.2f}×")
+        lines.append(line)
+    scale = math.exp(span)
+    lines.append(Text(f"{'':<{label_w}} {'◀ slower':<{half}}│{'faster ▶':>{half}}  (log scale, full bar = {scale:.2f}× / {1 / scale:.2f}×)"))
+    return lines
+
+
+def print_bench(con, records, configs, summary) -> None:
+    con.print(request_table(records, configs))
+    for c in configs:
+        if c.kind == "plain":
+            continue
+        con.print(speedup_table(summary, c))
+        con.print(prediction_line(summary, c), soft_wrap=True)
+        con.print(f"speedup per request, plain vs {c.label}:")
+        for line in bar_chart([(r["id"], r["speedup"][c.name]) for r in records if c.name in r["speedup"]]):
+            con.print(line, soft_wrap=True)
+    con.print(
+        "speedup = plain latency ÷ speculative latency (> 1 is faster); decode speedup excludes the prefill; "
+        "predicted = Leviathan's formula from the measured α and costs (decode phase).",
+        soft_wrap=True,
+    )
+
+
+# -- bench: concurrency sweep ------------------------------------------------------------------
+
+
+def sweep_table(summary: dict, configs):
+    from rich.table import Table
+
+    t = Table(title="served at once, per concurrency level (latency: submission → last token)", title_justify="left")
+    for col in ("conc", "config", "tok/s total", "p50 ms", "p95 ms", "p50 ttft ms", "queue ms", "p50 service ms", "req tok/s",
+                "accept", "mean k", "rows/step", "same as plain"):
+        t.add_column(col, justify="left" if col == "config" else "right")
+    for level in summary["levels"]:
+        row = summary["per_level"][str(level)]
+        for i, c in enumerate(configs):
+            s = row.get(c.name)
+            if s is None:
+                continue
+            m = s["matches_plain"]
+            t.add_row(
+                str(level) if i == 0 else "", c.label, f"{s['throughput_tokens_per_s']:.1f}",
+                f"{1000 * s['p50_latency_s']:.0f}", f"{1000 * s['p95_latency_s']:.0f}", f"{1000 * s['p50_ttft_s']:.0f}",
+                f"{1000 * s['mean_queue_s']:.0f}", f"{1000 * s['p50_service_s']:.0f}", f"{s['median_request_tokens_per_s']:.1f}", pct(s["acceptance_rate"]),
+                _num(s["mean_k"], "{:.2f}"), f"{s['mean_rows_per_step']:.1f}",
+                "-" if not m["compared"] else f"{m['equal']}/{m['compared']}",
+                end_section=i == len(configs) - 1,
+            )
+    return t
+
+
+def sweep_chart(summary: dict, configs, width: int = 36) -> list:
+    """p50 latency and total throughput against concurrency, one bar per configuration."""
+    from rich.text import Text
+
+    styles = ["white", "cyan", "magenta", "yellow", "green", "blue"]
+    rows = [(lv, c, summary["per_level"][str(lv)].get(c.name)) for lv in summary["levels"] for c in configs]
+    rows = [(lv, c, s) for lv, c, s in rows if s]
+    if not rows:
+        return []
+    lat_max = max(s["p50_latency_s"] for _, _, s in rows) or 1.0
+    tp_max = max(s["throughput_tokens_per_s"] for _, _, s in rows) or 1.0
+    label_w = min(max(len(c.label) for c in configs), 24)
+    lines = [Text(f"{'':6}{'':<{label_w}} {'p50 latency (shorter is better)':<{width + 9}} total throughput (longer is better)")]
+    last = None
+    for lv, c, s in rows:
+        style = styles[configs.index(c) % len(styles)]
+        head = f"c={lv:<4}" if lv != last else " " * 6
+        last = lv
+        n_lat = max(1, round(s["p50_latency_s"] / lat_max * width))
+        n_tp = max(1, round(s["throughput_tokens_per_s"] / tp_max * width))
+        line = Text(f"{head}{c.label[:label_w]:<{label_w}} ")
+        line.append("█" * n_lat, style=style)
+        line.append(" " * (width - n_lat) + f" {1000 * s['p50_latency_s']:6.0f} ms  ")
+        line.append("█" * n_tp, style=style)
+        line.append(" " * (width - n_tp) + f" {s['throughput_tokens_per_s']:6.1f} tok/s")
+        lines.append(line)
+    return lines
+
+
+def crossover_lines(summary: dict, configs) -> list[str]:
+    out = []
+    for c in configs:
+        x = summary["crossover"].get(c.name)
+        if x is None:
+            continue
+        lat = " · ".join(f"c={k} {_x(v)}" for k, v in x["latency_speedup"].items())
+        tp = " · ".join(f"c={k} {_x(v)}" for k, v in x["throughput_ratio"].items())
+        stop, cost = x["stops_cutting_latency_at"], x["costs_throughput_from"]
+        if not x["cuts_latency_at"]:
+            verdict = "never cut p50 latency at the levels measured"
+        elif stop is None:
+            verdict = "cut p50 latency at every level"
+        else:
+            verdict = f"stops cutting p50 latency at concurrency {stop}"
+            if x["cuts_again_at"]:
+                verdict += f" (yet cuts it again at {', '.join(map(str, x['cuts_again_at']))})"
+        if cost is None:
+            verdict += "; never cost total throughput"
+        else:
+            verdict += "; costs total throughput " + ("at every level" if len(x["costs_throughput_at"]) == len(x["throughput_ratio"]) else f"from concurrency {cost}")
+            if x["recovers_at"]:
+                verdict += f" (not at {', '.join(map(str, x['recovers_at']))})"
+        out.append(f"{c.label}: {verdict}. p50 latency speedup {lat}; throughput vs plain {tp}")
+    return out
+
+
+def print_sweep(con, summary: dict, configs) -> None:
+    from specgen.bench import NOISE_BAND
+
+    con.print(sweep_table(summary, configs))
+    for line in sweep_chart(summary, configs):
+        con.print(line, soft_wrap=True)
+    for line in crossover_lines(summary, configs):
+        con.print(line, soft_wrap=True)
+    con.print(
+        "service = admission → last token (what the sequential bench calls latency); "
+        f"latency speedup = plain p50 ÷ speculative p50 at the same level (> 1: speculation cuts latency; "
+        f"within ±{100 * NOISE_BAND:.0f}% counts as no change: one batch per level is noisy, use --repeats); "
+        "throughput = all tokens generated ÷ wall time of the batch. mean k = the draft length the policy chose "
+        "per round (cost policy: sees the other rows in its step).",
+        soft_wrap=True,
+    )

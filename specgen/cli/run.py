@@ -1,0 +1,171 @@
+"""`specgen run`, `check`, `models` and `pull`: one completion, and the models around it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from typing_extensions import Annotated
+
+import specgen.cli.render as render
+from specgen.cli.options import (
+    AdaptiveOpt,
+    CtxOpt,
+    DraftMaxOpt,
+    DraftOpt,
+    IgnoreEosOpt,
+    JsonOpt,
+    LookupOpt,
+    MaxTokOpt,
+    MinPOpt,
+    ModelOpt,
+    NglOpt,
+    NgramMaxOpt,
+    NgramMinOpt,
+    NoSpecOpt,
+    PairOpt,
+    PMinOpt,
+    SeedOpt,
+    TempOpt,
+    ThreadsOpt,
+    TopKOpt,
+    TopPOpt,
+    check_max_tokens,
+    read_prompt,
+    sampling_params,
+)
+from specgen.drafters import NGRAM_MAX
+
+
+def run(
+    prompt: Annotated[Optional[str], typer.Argument(help="The prompt (after any piped stdin).")] = None,
+    file: Annotated[Optional[Path], typer.Option("-f", "--file", help="Read the prompt from FILE ('-' = stdin).")] = None,
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    lookup: LookupOpt = False,
+    no_spec: NoSpecOpt = False,
+    pair: PairOpt = None,
+    draft_max: DraftMaxOpt = None,
+    max_tokens: MaxTokOpt = 256,
+    temp: TempOpt = 0.0,
+    top_k: TopKOpt = 40,
+    top_p: TopPOpt = 0.95,
+    min_p: MinPOpt = 0.05,
+    seed: SeedOpt = None,
+    ignore_eos: IgnoreEosOpt = False,
+    ctx_size: CtxOpt = 4096,
+    threads: ThreadsOpt = None,
+    gpu_layers: NglOpt = 0,
+    ngram_max: NgramMaxOpt = NGRAM_MAX,
+    ngram_min: NgramMinOpt = 1,
+    adaptive: AdaptiveOpt = None,
+    p_min: PMinOpt = 0.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Generate a completion, streaming tokens; stats on stderr."""
+    from specgen.decoding import Generation
+    from specgen.loader import ModelOptions, open_models
+
+    check_max_tokens(max_tokens)
+    params = sampling_params(temp, top_k, top_p, min_p, seed)
+    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
+                        adaptive=adaptive, p_min=p_min)
+    opts.validate()
+    text_in = read_prompt(prompt, file)
+    loaded = open_models(opts)
+    try:
+        target = loaded.target
+        tokens = target.tokenize(text_in)
+        gen = Generation(
+            target, tokens, loaded.drafter, draft_max=loaded.draft_max, max_tokens=max_tokens,
+            params=params, ignore_eos=ignore_eos, policy=loaded.new_policy(),
+        )
+        stream = render.TextStream(target, None if json_out else sys.stdout)
+        status = render.StatusLine() if not json_out else None
+        start = time.perf_counter()
+
+        def show(st, r) -> None:
+            status.show(render.round_status(st, r, time.perf_counter() - start))
+
+        if status:
+            status.start()
+        try:
+            interrupted = render.follow(gen, stream, show if status else None)
+        finally:
+            if status:
+                status.stop()
+        st = gen.stats
+        if json_out:
+            obj = {
+                "text": target.detokenize(gen.tokens),
+                "tokens": gen.tokens,
+                "mode": loaded.mode,
+                "prompt_tokens": st.prompt_tokens,
+                "generated_tokens": st.generated,
+                "stop_reason": st.stop_reason,
+                "timings": st.timings(),
+                "spec": {**st.spec(loaded.draft_max), "policy": loaded.policy_name},
+            }
+            sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+        else:
+            if sys.stdout.isatty() and stream.text and not stream.text.endswith("\n"):
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+            render.stderr_console().print(render.stats_table(st, loaded.mode, loaded.draft_max, loaded.policy_name))
+        if interrupted:
+            raise typer.Exit(130)
+    except BrokenPipeError:  # typer would turn it into exit 1 before main() sees it
+        render.hang_up()
+    finally:
+        loaded.close()
+
+
+def check(
+    target: Annotated[str, typer.Argument(help="Target model (path, models.toml name or hf: reference).")],
+    draft: Annotated[str, typer.Argument(help="Draft model.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Tokenizer compatibility report: exit 0 if the pair can speculate together."""
+    from specgen import registry
+    from specgen.engine import Engine
+    from specgen.vocab import compare
+
+    catalog = registry.load_catalog()
+    tp = registry.resolve_model(target, catalog)
+    dp = registry.resolve_model(draft, catalog)
+    with Engine(tp, vocab_only=True) as te, Engine(dp, vocab_only=True) as de:
+        report = compare(te, de)
+    if json_out:
+        sys.stdout.write(json.dumps(report.to_dict()) + "\n")
+    else:
+        render.print_check(report)
+    if not report.compatible:
+        raise typer.Exit(1)
+
+
+def models(json_out: JsonOpt = False) -> None:
+    """List models.toml entries and whether each is present locally."""
+    from specgen import registry
+
+    catalog = registry.load_catalog()
+    rows = []
+    for name, e in catalog.models.items():
+        where = e.path or (f"{e.repo}/{e.file}" if e.repo else f"pypi:{e.package}")
+        rows.append({"name": name, "source": where, "present": registry.is_present(e), "default": name == registry.DEFAULT_MODEL})
+    if json_out:
+        sys.stdout.write(json.dumps({"models": rows, "pairs": {n: {"target": p.target, "draft": p.draft, "draft_max": p.draft_max} for n, p in catalog.pairs.items()}}) + "\n")
+        return
+    render.print_models(rows, catalog.pairs)
+
+
+def pull(name: Annotated[str, typer.Argument(help="A models.toml model or pair name, or hf:OWNER/REPO/FILE.gguf.")]) -> None:
+    """Download a model (or both models of a pair) into the shared cache."""
+    from specgen import registry
+
+    path = registry.pull(name, registry.load_catalog())
+    sys.stdout.write(f"{path}\n")
