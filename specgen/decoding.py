@@ -72,6 +72,22 @@ class Stats:
         for i in range(r.accepted):
             self.accepted_at[i] += 1
 
+    def merge(self, other: "Stats") -> None:
+        """Add another generation's counters and times (a chat session's running total)."""
+        self.prompt_tokens += other.prompt_tokens
+        self.generated += other.generated
+        self.rounds += other.rounds
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+        for mine, theirs in ((self.drafted_at, other.drafted_at), (self.accepted_at, other.accepted_at)):
+            mine.extend([0] * (len(theirs) - len(mine)))
+            for i, v in enumerate(theirs):
+                mine[i] += v
+        self.k_chosen.update(other.k_chosen)
+        for name in ("prefill_s", "draft_prefill_s", "draft_fed", "total_s", "draft_s", "verify_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.stop_reason = other.stop_reason
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0

@@ -665,20 +665,3 @@ def _read_header(path: Path) -> _Header:
 def check_gguf(path: Path) -> None:
     """Raise SpecgenError unless `path` is a complete GGUF v2/v3 file (reads the header only)."""
     _read_header(path)
-
-
-def describe_gguf(path: Path) -> dict:
-    """A few facts from the header, for `specgen models`."""
-    h = _read_header(path)
-    md = h.metadata
-    return {
-        "name": md.get("general.name"),
-        "architecture": md.get("general.architecture"),
-        "size_label": md.get("general.size_label"),
-        "file_type": md.get("general.file_type"),
-        "context_length": md.get(f"{md.get('general.architecture')}.context_length"),
-        "vocab_size": md.get("tokenizer.ggml.tokens"),
-        "gguf_version": h.version,
-        "n_tensors": h.n_tensors,
-        "file_size": h.file_size,
-    }

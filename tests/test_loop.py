@@ -129,3 +129,17 @@ def test_interrupt_marks_stats():
         it.throw(KeyboardInterrupt)
     assert gen.stats.stop_reason == "interrupted"
     assert gen.stats.generated == 2
+
+
+def test_stats_merge_adds_counters_and_per_position_tallies():
+    from specgen.decoding import Round, Stats
+
+    a, b = Stats(), Stats()
+    a.add(Round([1], 0, 0, 0.0, 0.1))
+    b.add(Round([1, 2, 3], 3, 2, 0.05, 0.2))
+    b.add(Round([4, 5], 4, 1, 0.05, 0.2))
+    a.merge(b)
+    assert (a.rounds, a.generated, a.drafted, a.accepted) == (3, 6, 7, 3)
+    assert a.drafted_at == [2, 2, 2, 1] and a.accepted_at == [2, 1, 0, 0]
+    assert a.k_chosen == {0: 1, 3: 1, 4: 1}
+    assert a.draft_s == pytest.approx(0.1) and a.verify_s == pytest.approx(0.5)

@@ -32,7 +32,6 @@ from specgen.registry import (
     DEFAULT_MODEL,
     ModelEntry,
     check_gguf,
-    describe_gguf,
     is_present,
     load_catalog,
     pull,
@@ -271,13 +270,6 @@ def test_tensor_data_end_is_exact(tiny):
     size = tiny.stat().st_size
     assert h.n_tensors == 2 and h.version == 3
     assert 0 <= size - h.data_end < 32  # only the final alignment padding follows
-
-
-def test_describe(tiny):
-    d = describe_gguf(tiny)
-    assert d["name"] == "tiny" and d["architecture"] == "llama"
-    assert d["context_length"] == 128 and d["vocab_size"] == 4
-    assert d["file_size"] == tiny.stat().st_size
 
 
 def test_unknown_name():

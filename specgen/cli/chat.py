@@ -50,24 +50,6 @@ RewriteTemplateOpt = retold(
 )
 
 
-def _merge(into, st) -> None:
-    """Add one reply's Stats to the session's."""
-    into.prompt_tokens += st.prompt_tokens
-    into.generated += st.generated
-    into.rounds += st.rounds
-    into.drafted += st.drafted
-    into.accepted += st.accepted
-    for name in ("drafted_at", "accepted_at"):
-        a, b = getattr(into, name), getattr(st, name)
-        a.extend([0] * (len(b) - len(a)))
-        for i, v in enumerate(b):
-            a[i] += v
-    into.k_chosen.update(st.k_chosen)
-    for name in ("prefill_s", "total_s", "draft_s", "verify_s"):
-        setattr(into, name, getattr(into, name) + getattr(st, name))
-    into.stop_reason = st.stop_reason
-
-
 def _make_policy(loaded, k: int, fixed: bool, draft_engine):
     """The loop's draft-length policy: exactly k (-k, /k) or the loader's adaptive one up to k."""
     from specgen.loader import make_policy
@@ -279,7 +261,7 @@ def chat(
             else:
                 conv.add_reply(stream.text, prompt, list(gen.tokens))
             st = gen.stats
-            _merge(session, st)
+            session.merge(st)
             note(render.reply_status(st, state.mode(), state.k_label(), len(prompt) - cached, cached))
             used = len(conv.tokens)
             if st.stop_reason == "context_full" or used + reserve > target.n_ctx:
