@@ -55,8 +55,25 @@ def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1):
     for _ in gen:
         pass
     st = gen.stats
-    return {"tps": st.tokens_per_s, "acc": st.acceptance_rate, "k_hist": dict(st.k_chosen),
-            "draft_prefill_s": st.draft_prefill_s}
+    return {"tps": st.tokens_per_s, "acc": st.acceptance_rate, "k_hist": dict(sorted(st.k_chosen.items())),
+            "draft_prefill_s": st.draft_prefill_s, "drafted_at": st.drafted_at, "accepted_at": st.accepted_at}
+
+
+def tune_prediction(target, draft, runs_k8) -> float:
+    """What `specgen tune` predicts from the same requests: per-position acceptance of
+    fixed-k runs, the cached cost profiles, the cost policy's own step_rate."""
+    from specgen.costs import cost_profile
+    from specgen.policy import step_rate
+
+    reached, accepted = [0] * 8, [0] * 8
+    for r in runs_k8:
+        for i in range(min(8, len(r["accepted_at"]))):
+            reached[i] += r["drafted_at"][0] if i == 0 else r["accepted_at"][i - 1]
+            accepted[i] += r["accepted_at"][i]
+    alphas = [a / n if n else 0.0 for a, n in zip(accepted, reached)]
+    verify, step = cost_profile(target)["verify_s"], cost_profile(draft)["verify_s"][1]
+    rates = [step_rate(alphas, k, verify, step) for k in range(9)]
+    return max(rates) / rates[0]
 
 
 def llama_spec(tools, target, draft, text, n, k, temp, threads, ctx):
@@ -103,7 +120,7 @@ def main() -> None:
     with Engine(f32, **kw) as target, Engine(q4, **kw) as draft:
         if "pair" in parts:
             for temp in (0.0, 0.8):
-                rows = {}
+                rows, k8_runs = {}, []
                 for r in reqs:
                     prompt = target.tokenize(r.prompt)
                     res = {}
@@ -117,12 +134,17 @@ def main() -> None:
                             for k in (2, 4, 8):
                                 res.setdefault(f"llama k={k}", []).append(
                                     llama_spec(args.tools, f32, q4, r.prompt, args.n, k, temp, args.threads, args.ctx))
+                    k8_runs.extend(res["k=8"])
                     rows[r.category] = {name: {"tps": median([x["tps"] for x in v]),
                                                "acc": median([x["acc"] for x in v if x["acc"] is not None]),
                                                **({"k_hist": v[-1]["k_hist"]} if name == "default" else {})}
                                         for name, v in res.items()}
                     print(json.dumps({"temp": temp, "category": r.category, **rows[r.category]}), flush=True)
                 report[f"pair temp={temp}"] = rows
+                if temp == 0.0:
+                    report["tune"] = {"predicted": tune_prediction(target, draft, k8_runs),
+                                      "measured": statistics.geometric_mean(
+                                          [r["default"]["tps"] / r["plain"]["tps"] for r in rows.values()])}
         if "long" in parts:
             text = " ".join(r.prompt for r in load_requests(None) if r.prompt)
             while len(target.tokenize(text)) < 2100:
@@ -174,6 +196,9 @@ def summarize(report: dict) -> None:
             if "llama k=4" in r:
                 line += f", default/llama k=4 {r['default']['tps'] / r['llama k=4']['tps']:.2f}"
             print(line)
+        elif key == "tune":
+            print(f"\ntune's prediction (best k, greedy) {rows['predicted']:.2f}x plain; default policy measured "
+                  f"{rows['measured']:.2f}x (geomean over the categories)")
         elif key == "nopay":
             print(f"\nQ4_K_M + Q4_0, open-ended: default/plain {rows['default'] / rows['plain']:.2f}")
 

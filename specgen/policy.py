@@ -79,6 +79,18 @@ def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_ste
     )
 
 
+def _follow(estimate: float, seen: float) -> float:
+    """Move a cost estimate toward a new observation: quickly down, slowly up.
+    Other processes only ever add time, so a fast pass is evidence of the true
+    cost and a slow one mostly of the machine being busy (a step that took 10x
+    moves the estimate by a few percent, not by 90)."""
+    if estimate <= 0:
+        return seen
+    if seen < estimate:
+        return estimate + 0.2 * (seen - estimate)
+    return estimate + 0.05 * (min(seen, 2 * estimate) - estimate)
+
+
 class Policy:
     """The interface, with a plain acceptance tally for `expected_tokens`."""
 
@@ -243,14 +255,12 @@ class CostAware(Policy):
             self._acc(key).add(k, accepted, self.decay)
         if draft is not None:
             if draft.steps and draft.step_s > 0:
-                step = draft.step_s / draft.steps
-                self.draft_step_s = step if self.draft_step_s <= 0 else self.draft_step_s + 0.1 * (step - self.draft_step_s)
+                self.draft_step_s = _follow(self.draft_step_s, draft.step_s / draft.steps)
             if draft.fed and draft.fed_s > 0:
-                feed = draft.fed_s / draft.fed
-                self.feed_s = feed if self.feed_s <= 0 else self.feed_s + 0.3 * (feed - self.feed_s)
+                self.feed_s = _follow(self.feed_s, draft.fed_s / draft.fed)
         rows = k + 1
         if verify_s and rows < len(self.verify_s):
-            self.verify_s[rows] += 0.1 * (verify_s - self.verify_s[rows])
+            self.verify_s[rows] = _follow(self.verify_s[rows], verify_s)
 
     def expected_tokens(self, key: int, k: int) -> float:
         return expected_tokens(self._acc(key).rates(k))

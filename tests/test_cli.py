@@ -27,7 +27,7 @@ def test_run_json_cli_runner():
     assert res.exit_code == 0, res.output
     obj = json.loads(res.stdout)  # the whole of stdout is one JSON object
     assert obj["mode"] == "lookup" and obj["generated_tokens"] == len(obj["tokens"]) <= 12
-    assert set(obj["timings"]) == {"prefill_s", "ttft_s", "decode_s", "total_s", "tokens_per_s"}
+    assert set(obj["timings"]) == {"prefill_s", "draft_prefill_s", "ttft_s", "decode_s", "total_s", "tokens_per_s"}
     spec = obj["spec"]
     assert spec["rounds"] <= obj["generated_tokens"]
     assert spec["accepted"] <= spec["drafted"]

@@ -190,7 +190,7 @@ def test_default_policy_drafts_on_a_pair_where_drafting_pays(f32_path, draft_pat
     assert_equal_or_near_tie(plain, top2, gen.tokens)
     st = gen.stats
     decode_rounds = st.rounds - 1  # the prefill round never drafts
-    assert st.k_chosen[0] - 1 <= 0.3 * decode_rounds, st.k_chosen
+    assert st.k_chosen[0] - 1 < 0.5 * decode_rounds, st.k_chosen  # drafts in most rounds
     assert st.acceptance_rate > 0.5
     assert st.draft_fed >= len(prompt) and st.draft_prefill_s > 0  # the draft's prompt prefill, on its own line
     assert policy.draft_step_s < st.draft_prefill_s / 4  # and not booked as a draft step
