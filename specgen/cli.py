@@ -29,7 +29,7 @@ app = typer.Typer(
 
 # -- options shared by the generating commands --------------------------------
 ModelOpt = Annotated[Optional[str], typer.Option("-m", "--model", help="Target: a .gguf path, a models.toml name or hf:OWNER/REPO/FILE.gguf. Default: the embedded Gemma 3 270M.")]
-DraftOpt = Annotated[Optional[str], typer.Option("-d", "--draft", help="Draft model (same forms as -m).")]
+DraftOpt = Annotated[Optional[str], typer.Option("-d", "--draft", help="Draft model (same forms as -m). One with another vocabulary drafts through text: its drafts are re-encoded with the target's tokenizer and verified as point masses, so the output stays exactly the target's.")]
 LookupOpt = Annotated[bool, typer.Option("--lookup", help="Draft by prompt lookup (n-gram match over prompt + output). The default without -d.")]
 NoSpecOpt = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no speculation.")]
 PairOpt = Annotated[Optional[str], typer.Option("--pair", help="A target/draft pair from models.toml.")]
@@ -130,6 +130,8 @@ def run(
     opts.validate()
     text_in = _read_prompt(prompt, file)
     loaded = open_models(opts)
+    if loaded.translated:
+        sys.stderr.write("specgen: the draft's vocabulary differs from the target's: drafting through text (lossless)\n")
     try:
         target = loaded.target
         tokens = target.tokenize(text_in)
@@ -190,25 +192,37 @@ def check(
     draft: Annotated[str, typer.Argument(help="Draft model.")],
     json_out: JsonOpt = False,
 ) -> None:
-    """Tokenizer compatibility report: exit 0 if the pair can speculate together."""
+    """Tokenizer compatibility report: exit 0 if the pair shares a vocabulary (1 otherwise,
+    also when the draft is usable by translating its drafts through text)."""
     from specgen import registry
     from specgen.engine import Engine
-    from specgen.vocab import compare
+    from specgen.vocab import compare, translation_problem
 
     catalog = registry.load_catalog()
     tp = registry.resolve_model(target, catalog)
     dp = registry.resolve_model(draft, catalog)
     with Engine(tp, vocab_only=True) as te, Engine(dp, vocab_only=True) as de:
         report = compare(te, de)
+        why_not = translation_problem(te, de) if not report.compatible else ""
+    # the first differing ids, where the token texts are compared
+    ids = next((d for n, ok, d in report.checks if n == "token text" and not ok), report.first_problem())
     if json_out:
-        sys.stdout.write(json.dumps(report.to_dict()) + "\n")
+        obj = {**report.to_dict(), "translatable": report.compatible or not why_not}
+        if why_not:
+            obj["translation_problem"] = why_not
+        sys.stdout.write(json.dumps(obj) + "\n")
     else:
         from specgen.ui import stderr_console
 
         con = stderr_console()
         for name, ok, detail in report.checks:
             con.print(f"{'ok  ' if ok else 'FAIL'}  {name}: {detail}")
-        con.print("compatible" if report.compatible else f"incompatible: {report.first_problem()}")
+        if report.compatible:
+            con.print("compatible")
+        elif not why_not:
+            con.print(f"different vocabularies — usable by translation (lossless; {ids})")
+        else:
+            con.print(f"incompatible: {report.first_problem()}; not usable by translation: {why_not}")
     if not report.compatible:
         raise typer.Exit(1)
 
