@@ -315,6 +315,9 @@ class TranslatedDraftModel:
         return len(context) - min(common_prefix(seen, context), len(context))
 
     def propose(self, wants: Sequence[Want]) -> list[Draft]:
+        """Each want's context into the draft's stream, k draft tokens drafted greedily
+        for all together (the proposal most likely accepted as a point mass), their
+        text re-encoded as at most k target tokens; q is None."""
         wants = list(wants)
         out = [Draft() for _ in wants]
         live, inner_wants, tr = [], [], []
@@ -325,11 +328,10 @@ class TranslatedDraftModel:
             s = self._stream(w.seq)
             s.update(self.target_vocab, self.engine, w.context)
             ctx = s.draft_context()
-            tr.append(time.perf_counter() - t)
-            if not ctx:  # nothing the draft can condition on (an empty text, no BOS)
-                continue
-            live.append(i)
-            inner_wants.append(Want(w.seq, ctx, w.k, _GREEDY))
+            if ctx:  # else nothing the draft can condition on (an empty text, no BOS)
+                live.append(i)
+                inner_wants.append(Want(w.seq, ctx, w.k, _GREEDY))
+                tr.append(time.perf_counter() - t)
         for i, d, t0 in zip(live, self.inner.propose(inner_wants), tr):
             w = wants[i]
             t = time.perf_counter()

@@ -262,3 +262,12 @@ def test_costs_include_translation():
     assert d.steps >= 1 and d.step_s > 0 and d.fed == 0
     assert drafter.translate_s > 0 and drafter.proposals == 2
     assert drafter.lag(0, ctx + target.tokenize(" world", add_special=False) + d.tokens) == 0
+
+
+def test_a_context_without_text_gets_no_draft_beside_one_with_text():
+    target, draft = engines()  # the draft adds no BOS: an empty text gives it nothing to read
+    drafter = TranslatedDraftModel(target, draft)
+    a = target.tokenize(CYCLE + "Hello")
+    empty, full = drafter.propose([Want(0, target.tokenize(""), 3), Want(1, a, 3)])
+    assert empty.tokens == [] and empty.steps == 0
+    assert len(full.tokens) == 3 and full.step_s + full.fed_s > 0
