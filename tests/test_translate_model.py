@@ -101,3 +101,16 @@ def test_sampled_translated_drafts_are_point_masses(target, smol):
         runs.append(gen.tokens)
     assert runs[0] == runs[1]  # a seed makes a sampled run reproducible
     assert seen and any(d.tokens for d in seen) and all(d.q is None for d in seen)
+
+
+def test_a_character_the_target_split_into_byte_tokens(vocabs):
+    from specgen.translate import byte_tokens
+
+    g, s = vocabs
+    table = byte_tokens(g)
+    ctx = g.tokenize("Un caf") + [table[0xC3]] if 0xC3 in table else pytest.skip("no byte token for 0xC3")
+    st = Stream()
+    st.update(g, s, ctx)
+    assert st.text.endswith(b"caf\xc3") and st.covered == len(st.text) - 1
+    ids = to_target(g, st, "é noir".encode(), 8)
+    assert joined(g, ids) == "é noir".encode()[1:]
