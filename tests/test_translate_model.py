@@ -104,11 +104,9 @@ def test_sampled_translated_drafts_are_point_masses(target, smol):
 
 
 def test_a_character_the_target_split_into_byte_tokens(vocabs):
-    from specgen.translate import byte_tokens
-
     g, s = vocabs
-    table = byte_tokens(g)
-    ctx = g.tokenize("Un caf") + [table[0xC3]] if 0xC3 in table else pytest.skip("no byte token for 0xC3")
+    lead = next(t for t in range(1000) if g.piece(t) == b"\xc3")  # Gemma's byte tokens sit below id 500
+    ctx = g.tokenize("Un caf") + [lead]
     st = Stream()
     st.update(g, s, ctx)
     assert st.text.endswith(b"caf\xc3") and st.covered == len(st.text) - 1
