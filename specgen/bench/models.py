@@ -8,7 +8,7 @@ from typing import Sequence
 
 from specgen import registry
 from specgen.bench.configs import PLAIN, Config
-from specgen.drafters import DraftModel, PromptLookup
+from specgen.drafters import PromptLookup
 from specgen.engine import Engine
 from specgen.errors import SpecgenError
 from specgen.loader import DEFAULT_DRAFT_MAX, open_draft
@@ -78,7 +78,7 @@ def open_bench(
     target = Engine(target_path, **kw)
     setup = Setup(target, target_path, [PLAIN, *configs], {"plain": None}, _owned=[target])
     try:
-        opened: dict[Path, DraftModel] = {}
+        opened: dict[Path, object] = {}
         for c in configs:
             if c.kind == "lookup":
                 setup.drafters[c.name] = PromptLookup(c.ngram_max, c.ngram_min)
@@ -87,9 +87,10 @@ def open_bench(
             if path not in opened:
                 opened[path] = open_draft(target, path, **kw)
                 setup._owned.append(opened[path].engine)
-            first = opened[path]  # configurations of one draft model share its engine, not its drafter
-            setup.drafters[c.name] = DraftModel(first.engine, first.n_shared, first.n_target_vocab)
-            setup.draft_engines[c.name] = first.engine
+            # configurations of one draft model share it (runs are sequential; a
+            # drafter keeps nothing between generations but its engine's cache)
+            setup.drafters[c.name] = opened[path]
+            setup.draft_engines[c.name] = opened[path].engine
     except BaseException:
         setup.close()
         raise

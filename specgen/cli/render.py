@@ -244,11 +244,19 @@ def show_diff(text: str) -> None:
 # -- check, models, tune ----------------------------------------------------------------------
 
 
-def print_check(report) -> None:
+def print_check(report, why_not: str = "") -> None:
+    """The checks, then the verdict: shared vocabulary, usable by translation, or neither."""
     con = stderr_console()
     for name, ok, detail in report.checks:
         con.print(f"{'ok  ' if ok else 'FAIL'}  {name}: {detail}")
-    con.print("compatible" if report.compatible else f"incompatible: {report.first_problem()}")
+    if report.compatible:
+        con.print("compatible")
+    elif not why_not:
+        # the first differing ids, where the token texts are compared
+        ids = next((d for n, ok, d in report.checks if n == "token text" and not ok), report.first_problem())
+        con.print(f"different vocabularies — usable by translation (lossless; {ids})")
+    else:
+        con.print(f"incompatible: {report.first_problem()}; not usable by translation: {why_not}")
 
 
 def print_models(rows: list[dict], pairs: dict) -> None:

@@ -77,6 +77,8 @@ def run(
     opts.validate()
     text_in = read_prompt(prompt, file)
     loaded = open_models(opts)
+    if loaded.translated:
+        render.note("the draft's vocabulary differs from the target's: drafting through text (lossless)")
     try:
         target = loaded.target
         tokens = target.tokenize(text_in)
@@ -130,20 +132,25 @@ def check(
     draft: Annotated[str, typer.Argument(help="Draft model.")],
     json_out: JsonOpt = False,
 ) -> None:
-    """Tokenizer compatibility report: exit 0 if the pair can speculate together."""
+    """Tokenizer compatibility report: exit 0 if the pair shares a vocabulary (1 otherwise,
+    also when the draft is usable by translating its drafts through text)."""
     from specgen import registry
     from specgen.engine import Engine
-    from specgen.vocab import compare
+    from specgen.vocab import compare, translation_problem
 
     catalog = registry.load_catalog()
     tp = registry.resolve_model(target, catalog)
     dp = registry.resolve_model(draft, catalog)
     with Engine(tp, vocab_only=True) as te, Engine(dp, vocab_only=True) as de:
         report = compare(te, de)
+        why_not = translation_problem(te, de) if not report.compatible else ""
     if json_out:
-        sys.stdout.write(json.dumps(report.to_dict()) + "\n")
+        obj = {**report.to_dict(), "translatable": report.compatible or not why_not}
+        if why_not:
+            obj["translation_problem"] = why_not
+        sys.stdout.write(json.dumps(obj) + "\n")
     else:
-        render.print_check(report)
+        render.print_check(report, why_not)
     if not report.compatible:
         raise typer.Exit(1)
 
