@@ -315,3 +315,5 @@ app.command("tune")(_tune)
 from specgen.cli_chat import chat as _chat, rewrite as _rewrite  # noqa: E402 - commands in their own module
 app.command("chat")(_chat)
 app.command("rewrite")(_rewrite)
+from specgen.cli_serve import serve as _serve  # noqa: E402
+app.command("serve")(_serve)
