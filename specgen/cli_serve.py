@@ -76,9 +76,9 @@ def serve(
     opts.validate()
     con = stderr_console()
     sock = listen(host, port)  # before loading: a taken port fails at once
-    serving = open_serving(opts, parallel, ignore_eos=ignore_eos)
-    engine = None
+    serving = engine = None
     try:
+        serving = open_serving(opts, parallel, ignore_eos=ignore_eos)
         try:
             fmt = format_for(serving.target, template)
         except SpecgenError:
@@ -109,5 +109,6 @@ def serve(
     finally:
         if engine is not None:
             engine.close(grace=0.0)  # uvicorn already gave running responses their grace
-        serving.close()
+        if serving is not None:
+            serving.close()
         sock.close()

@@ -279,6 +279,7 @@ class _Listener:
 
     on_tokens: Callable | None = None
     on_finish: Callable | None = None
+    on_drop: Callable | None = None
     sent: int = 0
 
 
@@ -416,16 +417,18 @@ class Server:
         *,
         on_tokens: Callable[[Job, list[int]], None] | None = None,
         on_finish: Callable[[ServeResult], None] | None = None,
+        on_drop: Callable[[Job], None] | None = None,
     ) -> Job:
         """Queue a job (checked now: raises SpecgenError if it can never fit).
 
         on_tokens(job, new_tokens) runs after each step that settled tokens of
         it; on_finish(result) once, when it ends (also when cancelled while
-        running: stop_reason "interrupted"). The job is its own handle.
+        running: stop_reason "interrupted"); on_drop(job) instead, when it is
+        cancelled before it had a slot. The job is its own handle.
         """
         need = self.check(job)
         self._waiting.append((job, need, time.perf_counter()))
-        self._listeners[id(job)] = _Listener(on_tokens, on_finish)
+        self._listeners[id(job)] = _Listener(on_tokens, on_finish, on_drop)
         return job
 
     def cancel(self, job: Job) -> None:
@@ -487,7 +490,9 @@ class Server:
         kept = deque()
         for item in self._waiting:  # never admitted: no result
             if id(item[0]) in gone:
-                self._listeners.pop(id(item[0]), None)
+                lis = self._listeners.pop(id(item[0]))
+                if lis.on_drop:
+                    lis.on_drop(item[0])
             else:
                 kept.append(item)
         self._waiting = kept

@@ -62,16 +62,16 @@ def test_submit_between_steps_is_admitted_and_tokens_are_reported_in_order():
 def test_cancel_frees_the_slot_for_a_waiting_job_and_drops_a_waiting_one():
     eng = MultiFakeEngine(chain_table(50), n_batch=64)
     server = Server(eng, 1)
-    done = []
+    done, dropped = [], []
     long, nxt, never = Job("long", [1], max_tokens=40), Job("next", [5], max_tokens=3), Job("never", [9], max_tokens=3)
     for j in (long, nxt, never):
-        server.submit(j, on_finish=done.append)
+        server.submit(j, on_finish=done.append, on_drop=dropped.append)
     server.step()
     server.step()
     server.cancel(never)  # still waiting: dropped without a result
     server.cancel(long)  # running: finished as interrupted, its slot and cache freed
     server.step()
-    assert [r.job.id for r in done] == ["long"]
+    assert [r.job.id for r in done] == ["long"] and dropped == [never]
     assert done[0].gen.stats.stop_reason == "interrupted" and len(done[0].gen.tokens) < 40
     assert (0, 0) in eng.truncations
     while server.busy:
@@ -89,6 +89,114 @@ def test_a_job_may_lower_k_or_turn_drafting_off():
     assert out["plain"].gen.stats.drafted == 0 and out["plain"].gen.stats.rounds == 9
     assert max(out["k2"].gen.stats.k_chosen) == 2
     assert out["k2"].gen.tokens == list(range(21, 30))
+
+
+# =========================================================== the engine thread (fake engine)
+
+
+def _events(loop, reqs, before_wait=None):
+    """Submit requests to an EngineLoop from an event loop; each one's events up to its end."""
+    import asyncio
+
+    from specgen.server.loop import Request
+    from specgen.server.schema import Spec
+
+    async def main():
+        made = []
+        for job, stops in reqs:
+            r = Request(job, stops, Spec("plain", 0, "fixed"), asyncio.get_running_loop())
+            loop.submit(r)
+            made.append(r)
+        if before_wait:
+            before_wait()
+        out = []
+        for r in made:
+            evs = []
+            while True:
+                ev = await asyncio.wait_for(r.events.get(), 10)
+                evs.append(ev)
+                if ev[0] in ("done", "error"):
+                    break
+            out.append(evs)
+        return out
+
+    return asyncio.run(main())
+
+
+def _engine_loop(eng, slots=1, queue=4):
+    from specgen.server.loop import EngineLoop
+
+    el = EngineLoop(lambda: Server(eng, slots), eng, parallel=slots, queue_max=queue)
+    el.start()
+    return el
+
+
+def test_engine_loop_streams_text_and_cuts_a_stop_string_spanning_tokens():
+    eng = MultiFakeEngine(chain_table(50), n_batch=64)
+    el = _engine_loop(eng)
+    try:
+        [plain], [stopped] = _events(el, [(Job("a", [1], max_tokens=5), [])]), _events(el, [(Job("b", [1], max_tokens=30), ["5><6"])])
+    finally:
+        el.close()
+    assert "".join(e[1] for e in plain if e[0] == "text") == "<2><3><4><5><6>" == plain[-1][3]
+    assert plain[-1][1] == "max_tokens"
+    _, reason, record, text = stopped[-1]
+    assert reason == "stop" and text == "<2><3><4><"
+    assert "".join(e[1] for e in stopped if e[0] == "text") == text  # nothing past the stop string was sent
+    assert record["generated_tokens"] < 30  # generation stopped there
+    assert el.inflight == 0
+
+
+def test_engine_failure_fails_the_running_request_and_the_next_one_is_served():
+    class Flaky(MultiFakeEngine):
+        fail = True
+
+        def decode_batch(self, parts):
+            if self.fail and any(len(t) == 1 for _, t, _ in parts):
+                self.fail = False
+                raise RuntimeError("llama_decode returned 1")
+            return super().decode_batch(parts)
+
+    eng = Flaky(chain_table(50), n_batch=64)
+    el = _engine_loop(eng)
+    try:
+        [failed] = _events(el, [(Job("a", [1], max_tokens=5), [])])
+        [ok] = _events(el, [(Job("b", [7], max_tokens=3), [])])
+    finally:
+        el.close()
+    assert failed[-1][0] == "error" and failed[-1][1].status == 500
+    assert ok[-1][0] == "done" and ok[-1][3] == "<8><9><10>"
+
+
+def test_engine_loop_refuses_a_full_queue_and_close_cancels_what_is_left():
+    from specgen.server.loop import QueueFull
+    from specgen.server.schema import ApiError
+
+    eng = MultiFakeEngine(chain_table(50), n_ctx=100_000, n_batch=64)
+    el = _engine_loop(eng, slots=1, queue=1)
+    jobs = [(Job(f"r{i}", [1], max_tokens=50_000), []) for i in range(2)]
+    refused = []
+
+    def third_then_close():
+        import asyncio
+
+        from specgen.server.loop import Request
+        from specgen.server.schema import Spec
+
+        r = Request(Job("r2", [1], max_tokens=5), [], Spec("plain", 0, "fixed"), asyncio.get_event_loop())
+        with pytest.raises(QueueFull) as e:
+            el.submit(r)
+        refused.append(e.value)
+        threading.Thread(target=el.close, kwargs={"grace": 0.2}).start()
+
+    out = _events(el, jobs, third_then_close)
+    assert refused[0].status == 503 and refused[0].headers == {"Retry-After": "1"}
+    running, waiting = (evs[-1] for evs in out)
+    assert running[:2] == ("done", "cancelled") and 0 < running[2]["generated_tokens"] < 50_000
+    assert waiting[0] == "error" and waiting[1].code == "shutting_down"  # never had a slot
+    with pytest.raises(ApiError) as e:
+        el.submit(None)
+    assert e.value.status == 503 and e.value.code == "shutting_down"
 
 
 # =========================================================== the request schema (no model)
@@ -208,7 +316,7 @@ def _http(srv, method, path, *, key=KEY, **kw):
     headers = kw.pop("headers", {})
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    return httpx.request(method, srv.url + path, headers=headers, timeout=120, **kw)
+    return httpx.request(method, srv.url + path, headers=headers, timeout=kw.pop("timeout", 120), **kw)
 
 
 def _metrics(srv) -> dict[str, float]:
@@ -328,7 +436,7 @@ def test_speculation_off_per_request(srv, client):
 @pytest.mark.model
 def test_four_concurrent_clients_share_steps_and_match_their_sequential_output(srv, client, target):
     def ask(prompt):
-        r = client.completions.create(model=srv.model, prompt=prompt, max_tokens=N, temperature=0,
+        r = client.completions.create(model=srv.model, prompt=prompt, max_tokens=16, temperature=0,
                                       extra_body={"return_tokens": True})
         return r.choices[0].model_extra["tokens"]
 
@@ -339,8 +447,8 @@ def test_four_concurrent_clients_share_steps_and_match_their_sequential_output(s
     assert max(n for n, _, _ in srv.engine.server.step_log[mark:]) == 4  # some step decoded all four
     for p, one, many in zip(PROMPTS, sequential_out, together):
         if one != many:
-            _near(target, p, one)
-            _near(target, p, many)
+            _near(target, p, one, n=16)
+            _near(target, p, many, n=16)
 
 
 @pytest.mark.model
@@ -368,6 +476,17 @@ def test_client_disconnect_mid_stream_frees_the_slot(srv):
     assert _metrics(srv)['specgen_requests_finished_total{reason="cancelled"}'] == before + 1
     ok = _http(srv, "POST", "/v1/completions", json={"prompt": "Hello", "max_tokens": 2})
     assert ok.status_code == 200
+
+
+@pytest.mark.model
+def test_client_gone_during_a_non_streamed_request_frees_the_slot(srv):
+    import httpx
+
+    _idle(srv)
+    body = {"model": srv.model, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 1500}
+    with pytest.raises(httpx.ReadTimeout):
+        _http(srv, "POST", "/v1/completions", json=body, timeout=1.5)
+    _idle(srv, timeout=10)
 
 
 BIG = "word " * 3000  # more tokens than the context of 2048

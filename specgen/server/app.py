@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request as HttpRequest
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specgen.chat import ChatFormat, encode, render
@@ -150,7 +151,7 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
             if not cfg.knows(p.model):
                 raise S.ApiError(404, f"the model '{p.model}' does not exist; this server serves '{cfg.model_id}'",
                                  param="model", code="model_not_found")
-            tokens, stops = prompt_tokens(p)
+            tokens, stops = await run_in_threadpool(prompt_tokens, p)  # a long prompt must not stall the loop
             job = make_job(p, tokens)
             req = Request(job, stops, p.spec, asyncio.get_running_loop())
             engine.submit(req)
@@ -251,7 +252,7 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
             "specgen_queue_depth": ("Requests waiting for a slot.", engine.waiting),
             "specgen_requests_in_flight": ("Requests accepted and not yet finished.", engine.inflight),
             "specgen_slots": ("Slots (--parallel).", engine.parallel),
-            "specgen_steps_total": ("Decode steps of the scheduler.", engine.server.steps),
+            "specgen_decode_steps_total": ("Decode steps of the scheduler (one batch each).", engine.server.steps),
         }
         return PlainTextResponse(metrics.render(gauges), media_type="text/plain; version=0.0.4")
 

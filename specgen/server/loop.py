@@ -180,6 +180,7 @@ class EngineLoop:
                 req.job,
                 on_tokens=lambda job, toks: self._on_tokens(server, req, toks),
                 on_finish=lambda res: self._on_finish(req, res),
+                on_drop=lambda job: self._on_drop(req),
             )
         except SpecgenError as exc:
             self._release(req)
@@ -191,6 +192,7 @@ class EngineLoop:
         if req not in self._live:
             return
         req._cancelled = True
+        self.metrics.cancelled()
         server.cancel(req.job)
         self._release(req)  # the place is free now; the slot at the next step
 
@@ -210,6 +212,13 @@ class EngineLoop:
         if req._scan.stopped:  # a stop string: cut there, stop generating
             req._stop_hit = True
             server.cancel(req.job)
+
+    def _on_drop(self, req: Request) -> None:
+        """Cancelled before it had a slot: a client that is still there hears why."""
+        self._live.discard(req)
+        self._release(req)
+        req.post(("error", ApiError(503, "the request was cancelled before it started (the server is shutting down)",
+                                    code="shutting_down", type="server_error")))
 
     def _on_finish(self, req: Request, res: ServeResult) -> None:
         self._live.discard(req)

@@ -41,9 +41,15 @@ class Metrics:
         with self._lock:
             self.requests[(endpoint, status)] += 1
 
-    def finish(self, reason: str, record: dict) -> None:
+    def cancelled(self) -> None:
         with self._lock:
-            self.finished[reason] += 1
+            self.finished["cancelled"] += 1
+
+    def finish(self, reason: str, record: dict) -> None:
+        """A request that had a slot ended; a cancelled one was counted by `cancelled`."""
+        with self._lock:
+            if reason != "cancelled":
+                self.finished[reason] += 1
             c = self.counters
             c["prompt_tokens"] += record["prompt_tokens"]
             c["generated_tokens"] += record["generated_tokens"]
@@ -56,7 +62,8 @@ class Metrics:
                     self.ttft.observe(record["ttft_s"])
 
     def render(self, gauges: dict[str, tuple[str, float]]) -> str:
-        """The exposition text; gauges: name → (help, value), read by the caller."""
+        """The exposition text; gauges: name → (help, value), read by the caller
+        (a name ending in _total is a counter)."""
         out: list[str] = []
 
         def metric(name, kind, help_, samples):
@@ -94,7 +101,7 @@ class Metrics:
                 out.append(f"{name}_sum {_num(h.sum)}")
                 out.append(f"{name}_count {h.n}")
         for name, (help_, v) in gauges.items():
-            metric(name, "gauge", help_, [((), v)])
+            metric(name, "counter" if name.endswith("_total") else "gauge", help_, [((), v)])
         return "\n".join(out) + "\n"
 
 
