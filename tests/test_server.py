@@ -434,6 +434,15 @@ def test_speculation_off_per_request(srv, client):
 
 
 @pytest.mark.model
+def test_sampled_requests_with_a_seed_repeat(srv, client):
+    def ask(seed):
+        return client.completions.create(model=srv.model, prompt=PROMPTS[1], max_tokens=8, temperature=0.9,
+                                         top_p=0.9, seed=seed).choices[0].text
+
+    assert ask(7) == ask(7)
+
+
+@pytest.mark.model
 def test_four_concurrent_clients_share_steps_and_match_their_sequential_output(srv, client, target):
     def ask(prompt):
         r = client.completions.create(model=srv.model, prompt=prompt, max_tokens=16, temperature=0,

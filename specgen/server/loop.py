@@ -26,6 +26,7 @@ from specgen.server.schema import ApiError, Spec
 from specgen.serving import Job, ServeResult
 
 log = logging.getLogger("specgen.server")
+STEP_LOG_KEEP = 10_000
 
 
 class Request:
@@ -131,24 +132,26 @@ class EngineLoop:
     def _run(self) -> None:
         server = self.server
         while True:
-            self._drain(server, block=not server.busy)
-            if self._stop_at is not None:
-                if time.monotonic() >= self._stop_at:
-                    for req in list(self._live):
-                        self._cancel(server, req)
-                if not server.busy:
-                    break
-            if server.busy:
-                try:
+            try:
+                self._drain(server, block=not server.busy)
+                if self._stop_at is not None:
+                    if time.monotonic() >= self._stop_at:
+                        for req in list(self._live):
+                            self._cancel(server, req)
+                    if not server.busy:
+                        break
+                if server.busy:
                     server.step()
-                except Exception as exc:  # an engine failure: fail what runs, start over
-                    log.exception("engine step failed")
-                    for req in list(self._live):
-                        self._live.discard(req)
-                        self._release(req)
-                        req.post(("error", ApiError(500, f"generation failed: {type(exc).__name__}: {exc}",
-                                                    type="server_error", code="engine_error")))
-                    server = self.server = self.new_server()
+            except Exception as exc:  # an engine failure: fail what runs, start over
+                log.exception("engine step failed")
+                for req in list(self._live):
+                    self._live.discard(req)
+                    self._release(req)
+                    req.post(("error", ApiError(500, f"generation failed: {type(exc).__name__}: {exc}",
+                                                type="server_error", code="engine_error")))
+                server = self.server = self.new_server()
+            if len(server.step_log) > STEP_LOG_KEEP * 2:  # a server runs for days: keep the recent steps
+                del server.step_log[:-STEP_LOG_KEEP]
             self.running, self.waiting = server.running, server.waiting
         # anything still in the inbox arrived after the end
         while True:

@@ -176,12 +176,11 @@ def _spec(body: dict, d: Defaults) -> Spec:
     if unknown:
         raise bad(f"'speculative' has unknown field(s): {', '.join(sorted(unknown))} (known: mode, k, policy)", "speculative")
     mode = _opt(s, "mode", lambda v: isinstance(v, str), "a string")
-    server_mode = "none" if d.mode == "plain" else d.mode
-    if mode is not None and mode not in ("none", "plain", server_mode):
-        raise bad(
-            f"speculative.mode '{mode}' is not available: this server drafts by {server_mode} "
-            f"(a request may ask for '{server_mode}' or 'none')", "speculative.mode", "unsupported_parameter",
-        )
+    if mode is not None and mode not in ("none", "plain", d.mode):
+        served = "does not speculate (--no-spec)" if d.mode == "plain" else f"drafts by {d.mode}"
+        choices = "'none'" if d.mode == "plain" else f"'{d.mode}' or 'none'"
+        raise bad(f"speculative.mode '{mode}' is not available: this server {served} (a request may ask for {choices})",
+                  "speculative.mode", "unsupported_parameter")
     k = _opt(s, "k", _is_int, "an integer")
     if k is not None and not 0 <= k <= d.draft_max:
         raise bad(f"speculative.k must be in 0..{d.draft_max}, the server's -k (got {k})", "speculative.k", "invalid_value")
