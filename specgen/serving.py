@@ -479,6 +479,7 @@ class Server:
             now - a.t_submit, self._rows_seen.pop(a.seq),
         )
         lis = self._listeners.pop(id(a.job))
+        self._cancelled.discard(id(a.job))  # a cancel that came as it finished
         if lis.on_finish:
             lis.on_finish(res)
         return res
