@@ -633,3 +633,24 @@ def test_serve_command_sigterm_finishes_the_running_stream_and_exits_0(gemma_pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_serve_command_refuses_a_taken_port_in_one_line():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "specgen", "serve", "--port", str(port)], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"specgen: error: cannot listen on 127.0.0.1:{port}:") and r.stderr.count("\n") == 1
+
+
+def test_serve_command_checks_its_options_before_loading():
+    for args, message in ((["--queue", "-1"], "--queue must be >= 0"), (["--port", "70000"], "--port must be in 0..65535"),
+                          (["-n", "0"], "-n/--max-tokens must be >= 1")):
+        r = subprocess.run([sys.executable, "-m", "specgen", "serve", *args], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL)
+        assert r.returncode == 2 and message in r.stderr, r.stderr
