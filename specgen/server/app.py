@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specgen.chat import ChatFormat, encode, render
 from specgen.errors import SpecgenError
 from specgen.server import schema as S
-from specgen.server.loop import EngineLoop, Request
+from specgen.server.loop import EngineLoop, Request, log
 from specgen.serving import Job, need_tokens
 
 MAX_BODY = 4 * 1024 * 1024  # bytes
@@ -158,6 +158,11 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
         except S.ApiError as exc:
             metrics.request(endpoint, exc.status)
             return _error(exc)
+        except Exception as exc:  # a bug of ours: one error object, the server goes on
+            log.exception("request failed")
+            metrics.request(endpoint, 500)
+            return _error(S.ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error",
+                                     code="internal_error"))
         metrics.request(endpoint, 200)
         model = p.model or cfg.model_id
         return_tokens = isinstance(body, dict) and body.get("return_tokens") is True
