@@ -189,16 +189,22 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
                                        record["tokens"] if return_tokens else None))
 
     async def _collect(req: Request, request: HttpRequest):
+        """The request's end event; None if the client went away first (checked every 0.25 s,
+        however often text arrives)."""
+        clock = asyncio.get_running_loop().time
+        next_check = clock() + 0.25
         while True:
             try:
-                ev = await asyncio.wait_for(req.events.get(), 0.25)
+                ev = await asyncio.wait_for(req.events.get(), max(next_check - clock(), 0.0))
             except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    return None
-                continue
-            if ev[0] in ("done", "error"):
+                ev = None
+            if ev is not None and ev[0] in ("done", "error"):
                 req.ended = True
                 return ev
+            if clock() >= next_check:
+                if await request.is_disconnected():
+                    return None
+                next_check = clock() + 0.25
 
     async def _sse(req: Request, kind: str, model: str, include_usage: bool):
         rid, created = req.job.id, int(time.time())
