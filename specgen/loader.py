@@ -150,7 +150,8 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
     default_k = DEFAULT_DRAFT_MAX if policy_name == "fixed" else ADAPTIVE_K_MAX
     k = 0 if mode == "plain" else (draft_max or default_k[mode])
 
-    kw = dict(n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=opts.n_seq)
+    # several sequences (a server) share one unified KV pool: see specgen.serving
+    kw = dict(n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=opts.n_seq, kv_unified=opts.n_seq > 1)
     target = Engine(target_path, n_ctx=opts.ctx_size, **kw)
     drafter: Drafter | None = None
     draft_engine = None

@@ -21,6 +21,11 @@ The engine must be opened with n_seq_max >= slots; kv_unified=True keeps a
 mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
 pieces) and makes n_ctx one pool, which admission accounts for: a request is
 admitted only when its worst-case cache size fits beside the others'.
+
+Online use (the HTTP server): `submit` queues a job with callbacks, `step`
+admits what fits and runs one decode step (reporting settled tokens and
+finished requests), `cancel` drops a job at the next step. `serve(jobs)` is
+that loop with everything submitted up front.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class Job:
     max_tokens: int
     params: SamplingParams = SamplingParams()
     meta: dict = field(default_factory=dict)  # carried into the record (category, …)
+    draft_max: int | None = None  # this request's ceiling on k (0: plain); None: the server's
 
 
 @dataclass
@@ -79,6 +85,16 @@ def max_concurrency(n_ctx: int, need: int) -> int:
 
 
 # =============================================================== the server
+
+
+@dataclass
+class _Listener:
+    """Who hears about one submitted job, and how many of its tokens they have."""
+
+    on_tokens: Callable | None = None
+    on_finish: Callable | None = None
+    on_drop: Callable | None = None
+    sent: int = 0
 
 
 @dataclass
@@ -148,6 +164,14 @@ class Server:
         self.ignore_eos = ignore_eos
         self.steps = 0  # decode_batch calls on the target
         self.step_log: list[tuple[int, int, int]] = []  # (sequences, verify rows, prefill rows) per step
+        # the online queue (submit / cancel / step)
+        self._waiting: deque[tuple[Job, int, float]] = deque()  # (job, cache need, submitted at)
+        self._free = list(range(slots))
+        self._active: list[_Active] = []
+        self._used = 0  # cache tokens reserved by active requests
+        self._rows_seen: dict[int, Counter] = {}
+        self._listeners: dict[int, _Listener] = {}  # by id(job)
+        self._cancelled: set[int] = set()  # id(job) of requests to drop at the next step
 
     def check(self, job: Job) -> int:
         """Cache positions the job may need; refuses one that could never fit."""
@@ -163,49 +187,133 @@ class Server:
 
     def serve(self, jobs: Sequence[Job], on_finish: Callable[[ServeResult], None] | None = None) -> list[ServeResult]:
         """Serve every job (all submitted now); results in finishing order."""
-        needs = [self.check(j) for j in jobs]
-        t0 = time.perf_counter()
-        waiting = deque(zip(jobs, needs))
-        free = list(range(self.slots))
-        active: list[_Active] = []
+        for j in jobs:
+            self.check(j)
         done: list[ServeResult] = []
-        rows_seen: dict[int, Counter] = {}
-        used = 0
-        while waiting or active:
-            # admit in arrival order while a slot and the cache have room
-            while waiting and free and used + waiting[0][1] <= self.target.n_ctx:
-                job, need = waiting.popleft()
-                seq = free.pop(0)
-                used += need
-                active.append(self._admit(job, seq, need, t0))
-                rows_seen[seq] = Counter()
-            generating = [a for a in active if not a.prefilling]
-            parts, owners = self._build_step(active, generating)
-            views = self.target.decode_batch(parts) if parts else []
-            self.steps += bool(parts)
-            n_rows = sum(len(p[1]) for p in parts)
-            for a in active:
-                rows_seen[a.seq][n_rows] += 1
-            finished = self._settle(generating, owners, views)
-            for a in finished:
-                active.remove(a)
-                free.append(a.seq)
-                free.sort()
-                used -= a.reserve
-                now = time.perf_counter()
-                res = ServeResult(
-                    a.job, a.gen, a.seq, a.t_admit - a.t_submit, (a.t_first or now) - a.t_submit,
-                    now - a.t_submit, rows_seen.pop(a.seq),
-                )
-                done.append(res)
-                if on_finish:
-                    on_finish(res)
+
+        def finished(res: ServeResult) -> None:
+            done.append(res)
+            if on_finish:
+                on_finish(res)
+
+        for j in jobs:
+            self.submit(j, on_finish=finished)
+        while self.busy:
+            self.step()
         return done
+
+    # -- online: submit / cancel / step, all from the thread that owns the engine
+    @property
+    def busy(self) -> bool:
+        """Requests waiting or running (or cancellations not yet applied)."""
+        return bool(self._waiting or self._active or self._cancelled)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        return len(self._active)
+
+    def submit(
+        self,
+        job: Job,
+        *,
+        on_tokens: Callable[[Job, list[int]], None] | None = None,
+        on_finish: Callable[[ServeResult], None] | None = None,
+        on_drop: Callable[[Job], None] | None = None,
+    ) -> Job:
+        """Queue a job (checked now: raises SpecgenError if it can never fit).
+
+        on_tokens(job, new_tokens) runs after each step that settled tokens of
+        it; on_finish(result) once, when it ends (also when cancelled while
+        running: stop_reason "interrupted"); on_drop(job) instead, when it is
+        cancelled before it had a slot. The job is its own handle.
+        """
+        need = self.check(job)
+        self._waiting.append((job, need, time.perf_counter()))
+        self._listeners[id(job)] = _Listener(on_tokens, on_finish, on_drop)
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Drop a job at the start of the next step; safe inside a callback."""
+        if id(job) in self._listeners:
+            self._cancelled.add(id(job))
+
+    def step(self) -> list[ServeResult]:
+        """Apply cancellations, admit what fits, run ONE decode step; the requests it finished."""
+        finished_now = self._apply_cancels()
+        # admit in arrival order while a slot and the cache have room
+        while self._waiting and self._free and self._used + self._waiting[0][1] <= self.target.n_ctx:
+            job, need, t_submit = self._waiting.popleft()
+            seq = self._free.pop(0)
+            self._used += need
+            self._active.append(self._admit(job, seq, need, t_submit))
+            self._rows_seen[seq] = Counter()
+        active = self._active
+        if not active:
+            return finished_now
+        generating = [a for a in active if not a.prefilling]
+        parts, owners = self._build_step(active, generating)
+        views = self.target.decode_batch(parts) if parts else []
+        self.steps += bool(parts)
+        n_rows = sum(len(p[1]) for p in parts)
+        for a in active:
+            self._rows_seen[a.seq][n_rows] += 1
+        finished = self._settle(generating, owners, views)
+        for a in list(active):
+            lis = self._listeners[id(a.job)]
+            new = a.gen.tokens[lis.sent :]
+            if new and lis.on_tokens:
+                lis.sent += len(new)
+                lis.on_tokens(a.job, list(new))
+        for a in finished:
+            finished_now.append(self._release(a))
+        return finished_now
+
+    def _release(self, a: _Active) -> ServeResult:
+        """Free a's slot and cache reservation; its result, reported to its listener."""
+        self._active.remove(a)
+        self._free.append(a.seq)
+        self._free.sort()
+        self._used -= a.reserve
+        now = time.perf_counter()
+        res = ServeResult(
+            a.job, a.gen, a.seq, a.t_admit - a.t_submit, (a.t_first or now) - a.t_submit,
+            now - a.t_submit, self._rows_seen.pop(a.seq),
+        )
+        lis = self._listeners.pop(id(a.job))
+        self._cancelled.discard(id(a.job))  # a cancel that came as it finished
+        if lis.on_finish:
+            lis.on_finish(res)
+        return res
+
+    def _apply_cancels(self) -> list[ServeResult]:
+        if not self._cancelled:
+            return []
+        gone, self._cancelled = self._cancelled, set()
+        kept = deque()
+        for item in self._waiting:  # never admitted: no result
+            if id(item[0]) in gone:
+                lis = self._listeners.pop(id(item[0]))
+                if lis.on_drop:
+                    lis.on_drop(item[0])
+            else:
+                kept.append(item)
+        self._waiting = kept
+        out = []
+        for a in [a for a in self._active if id(a.job) in gone]:
+            a.gen.interrupt()
+            self.target.truncate(a.seq, 0)  # the slot's cells go back to the pool now
+            out.append(self._release(a))
+        return out
 
     # -- one step ---------------------------------------------------------
     def _admit(self, job: Job, seq: int, need: int, t0: float) -> _Active:
+        k = self.draft_max if job.draft_max is None else max(0, min(job.draft_max, self.draft_max))
         gen = Generation(
-            self.target, job.prompt, self.drafter, draft_max=self.draft_max, max_tokens=job.max_tokens,
+            self.target, job.prompt, self.drafter, draft_max=k, max_tokens=job.max_tokens,
             params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=self.new_policy(),
         )
         self.target.truncate(seq, 0)

@@ -16,7 +16,7 @@ import typer
 from typing_extensions import Annotated
 
 from specgen import __version__
-from specgen.cli import bench, chat, run, tune
+from specgen.cli import bench, chat, run, serve, tune
 from specgen.cli.render import hang_up
 from specgen.errors import SpecgenError
 
@@ -33,6 +33,7 @@ app.command("models")(run.models)
 app.command("pull")(run.pull)
 app.command("bench")(bench.bench)
 app.command("report")(bench.report)
+app.command("serve")(serve.serve)
 app.command("tune")(tune.tune)
 app.command("chat")(chat.chat)
 app.command("rewrite")(chat.rewrite)

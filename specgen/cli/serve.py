@@ -1,0 +1,117 @@
+"""`specgen serve`: the OpenAI-compatible HTTP server (specgen.server) on the command line.
+
+Loads the models with --parallel sequences in one context, starts the engine
+thread and serves HTTP on --host:--port until SIGINT/SIGTERM, then stops
+accepting, lets running requests finish for --grace seconds, and exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Optional
+
+import typer
+from typing_extensions import Annotated
+
+import specgen.cli.render as render
+from specgen.cli.options import (
+    AdaptiveOpt, CtxOpt, DraftMaxOpt, DraftOpt, IgnoreEosOpt, LookupOpt, MaxTokOpt, MinPOpt, ModelOpt, NglOpt,
+    NgramMaxOpt, NgramMinOpt, NoSpecOpt, PairOpt, PMinOpt, SeedOpt, TempOpt, TemplateOpt, ThreadsOpt, TopKOpt, TopPOpt,
+    retold, sampling_params,
+)
+from specgen.drafters import NGRAM_MAX
+
+API_KEY_ENV = "SPECGEN_API_KEY"
+ServeMaxTokOpt = retold(MaxTokOpt, "Default max_tokens of a request that gives none.")
+ServeTemplateOpt = retold(TemplateOpt, "Chat template: auto (default), gguf, gemma, plain or a Jinja file.")
+
+
+def serve(
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    lookup: LookupOpt = False,
+    no_spec: NoSpecOpt = False,
+    pair: PairOpt = None,
+    draft_max: DraftMaxOpt = None,
+    max_tokens: ServeMaxTokOpt = 256,
+    temp: TempOpt = 0.0,
+    top_k: TopKOpt = 40,
+    top_p: TopPOpt = 0.95,
+    min_p: MinPOpt = 0.05,
+    seed: SeedOpt = None,
+    ignore_eos: IgnoreEosOpt = False,
+    ctx_size: CtxOpt = 4096,
+    threads: ThreadsOpt = None,
+    gpu_layers: NglOpt = 0,
+    ngram_max: NgramMaxOpt = NGRAM_MAX,
+    ngram_min: NgramMinOpt = 1,
+    adaptive: AdaptiveOpt = None,
+    p_min: PMinOpt = 0.0,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port, printed at start).")] = 8080,
+    parallel: Annotated[int, typer.Option("-np", "--parallel", help="Requests decoded together (slots of one context).")] = 4,
+    queue: Annotated[int, typer.Option("--queue", help="Requests that may wait for a slot; beyond it, 503 + Retry-After.")] = 64,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help=f"Require 'Authorization: Bearer KEY' (or set {API_KEY_ENV}).")] = None,
+    grace: Annotated[float, typer.Option("--grace", help="Seconds running requests may take to finish after SIGINT/SIGTERM.")] = 10.0,
+    template: ServeTemplateOpt = None,
+) -> None:
+    """Serve the OpenAI API (chat and completions) with speculative decoding and continuous batching."""
+    from specgen.chat import format_for
+    from specgen.errors import SpecgenError
+    from specgen.loader import ModelOptions
+    from specgen.server.app import AppConfig, create_app, http_server, listen
+    from specgen.server.loop import EngineLoop
+    from specgen.server.schema import Defaults
+    from specgen.server.setup import open_serving
+
+    if max_tokens < 1:
+        raise SpecgenError(f"-n/--max-tokens must be >= 1 (got {max_tokens})")
+    if queue < 0:
+        raise SpecgenError(f"--queue must be >= 0 (got {queue})")
+    if not 0 <= port <= 65535:
+        raise SpecgenError(f"--port must be in 0..65535 (got {port})")
+    api_key = api_key or os.environ.get(API_KEY_ENV) or None
+    params = sampling_params(temp, top_k, top_p, min_p, seed)
+    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
+                        adaptive=adaptive, p_min=p_min)
+    opts.validate()
+    con = render.stderr_console()
+    sock = listen(host, port)  # before loading: a taken port fails at once
+    serving = engine = None
+    try:
+        serving = open_serving(opts, parallel, ignore_eos=ignore_eos)
+        try:
+            fmt = format_for(serving.target, template)
+        except SpecgenError:
+            if template:
+                raise
+            fmt = None  # no usable template: /v1/chat/completions says so
+        engine = EngineLoop(serving.new_server, serving.target, parallel=parallel, queue_max=queue)
+        defaults = Defaults(params, max_tokens, serving.mode, serving.draft_max, serving.policy_name)
+        aliases = tuple(a for a in (model, pair) if a)
+        cfg = AppConfig(serving.model_id, defaults, fmt, aliases, api_key)
+        app = create_app(engine, cfg)
+        engine.start()
+        bound = sock.getsockname()
+        k = f" k≤{serving.draft_max} ({serving.policy_name})" if serving.draft_max else ""
+        con.print(
+            f"specgen serve: {serving.model_id} · {serving.mode}{k} · {parallel} slots, queue {queue}"
+            f"{' · API key required' if api_key else ''}", highlight=False,
+        )
+        con.print(f"listening on http://{bound[0]}:{bound[1]}/v1", highlight=False)
+        sys.stderr.flush()
+        server = http_server(app, grace=grace)
+        # uvicorn re-raises the signal it caught once it has shut down; these
+        # handlers take it, so a requested shutdown exits 0.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
+        server.run(sockets=[sock])
+        con.print("specgen serve: stopped", highlight=False)
+    finally:
+        if engine is not None:
+            engine.close(grace=0.0)  # uvicorn already gave running responses their grace
+        if serving is not None:
+            serving.close()
+        sock.close()
