@@ -173,12 +173,14 @@ def test_chunked_prefill_and_cache_reuse(gemma_path):
         assert e.kv_tokens(0) == prompt
 
 
-def test_default_policy_drafts_on_a_pair_where_drafting_pays(f32_path, draft_path):
+def test_default_policy_drafts_on_a_pair_where_drafting_pays(f32_path, draft_path, tmp_path, monkeypatch):
     """F32 target + Q4_0 draft (drafting pays here, measured): the default cost
     policy drafts in most rounds, books the draft's prompt prefill apart from its
-    steps, and emits the plain greedy tokens."""
+    steps, and emits the plain greedy tokens. Its cost profiles are measured
+    afresh, as on a new user's first run."""
     from specgen.loader import make_policy
 
+    monkeypatch.setenv("SPECGEN_CACHE", str(tmp_path))
     with Engine(f32_path, n_ctx=1024, n_threads=2) as target, Engine(draft_path, n_ctx=1024, n_threads=2) as draft:
         prompt = target.tokenize(PROMPTS[0])
         plain, top2 = plain_run(target, prompt, n=40)
