@@ -104,14 +104,21 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--parts", default="pair,long,nopay")
+    ap.add_argument("--categories", help="comma-separated categories (default: one request of each)")
+    ap.add_argument("--fixed", default=",".join(map(str, FIXED)), help="fixed k values to compare")
+    ap.add_argument("--llama-k", default="2,4,8", help="llama.cpp --spec-draft-n-max values")
     args = ap.parse_args()
     from specgen.bench import load_requests
     from specgen.engine import Engine
 
+    global FIXED
+    FIXED = [int(x) for x in args.fixed.split(",")]
+    llama_ks = [int(x) for x in args.llama_k.split(",")]
+    cats = set(args.categories.split(",")) if args.categories else None
     base, f32, q4 = models()
     reqs, seen = [], set()
     for r in load_requests(None):
-        if r.category not in seen and r.prompt:
+        if r.category not in seen and r.prompt and (cats is None or r.category in cats):
             seen.add(r.category)
             reqs.append(r)
     parts = args.parts.split(",")
@@ -131,10 +138,10 @@ def main() -> None:
                         for name, k, pol in order:
                             res.setdefault(name, []).append(specgen_run(target, draft, prompt, args.n, k, pol, temp))
                         if args.tools:
-                            for k in (2, 4, 8):
+                            for k in llama_ks:
                                 res.setdefault(f"llama k={k}", []).append(
                                     llama_spec(args.tools, f32, q4, r.prompt, args.n, k, temp, args.threads, args.ctx))
-                    k8_runs.extend(res["k=8"])
+                    k8_runs.extend(res.get(f"k={max(FIXED)}", []))
                     rows[r.category] = {name: {"tps": median([x["tps"] for x in v]),
                                                "acc": median([x["acc"] for x in v if x["acc"] is not None]),
                                                **({"k_hist": v[-1]["k_hist"]} if name == "default" else {})}
