@@ -80,7 +80,7 @@ def llama_spec(tools, target, draft, text, n, k, temp, threads, ctx):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(text + "\n")  # llama.cpp's -f drops one trailing newline
     args = [str(Path(tools) / "llama-speculative-simple"), "-m", str(target), "-md", str(draft), "-f", f.name,
-            "-n", str(n), "-t", str(threads), "-td", str(threads), "-c", str(ctx), "-cd", str(ctx),
+            "-n", str(n), "-t", str(threads), "-td", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx),
             "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--temp", str(temp), "--seed", "1",
             "--ignore-eos"]
     out = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -105,7 +105,7 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--parts", default="pair,long,nopay")
     ap.add_argument("--categories", help="comma-separated categories (default: one request of each)")
-    ap.add_argument("--fixed", default=",".join(map(str, FIXED)), help="fixed k values to compare")
+    ap.add_argument("--fixed", default="1,2,3,4,6,8", help="fixed k values to compare")
     ap.add_argument("--llama-k", default="2,4,8", help="llama.cpp --spec-draft-n-max values")
     args = ap.parse_args()
     from specgen.bench import load_requests

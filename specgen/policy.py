@@ -192,8 +192,9 @@ class CostAware(Policy):
     catch-up), and the per-token cost of a bulk catch-up of the draft's cache.
     Acceptance: a posterior per draft position (per key), from decayed counts.
 
-    Each round draws one z ~ N(0, 1) and scores every k with the acceptance
-    estimates shifted by z standard deviations (Thompson sampling): where the
+    Each round draws one z ~ N(0, 1), kept only when positive, and scores
+    every k with the acceptance estimates shifted up by z standard deviations
+    (optimistic Thompson sampling): where the
     evidence is thin (a fresh prior, one unlucky round) draws spread widely and
     some rounds draft anyway, so one rejection cannot end drafting; where it is
     ample, draws sit at the estimates and the choice is the expected-best k.
@@ -239,7 +240,10 @@ class CostAware(Policy):
         if limit <= 0:
             return 0
         acc = self._acc(key)
-        rates = self.rates(acc.rates(limit, z=float(self.rng.standard_normal())), situation)
+        # optimistic Thompson sampling: only upward draws, so noise never cuts
+        # a draft the estimates already favour; it only tries k they do not
+        z = max(float(self.rng.standard_normal()), 0.0)
+        rates = self.rates(acc.rates(limit, z=z), situation)
         k = max(range(limit + 1), key=rates.__getitem__)
         if k and situation.lag > 2 and self.feed_s > 0:
             left = max(situation.remaining, 1)
