@@ -212,3 +212,66 @@ def test_capped_walk_still_drafts_a_true_continuation(seed, choice):
 
 def test_match_bucket():
     assert [match_bucket(n) for n in (1, 2, 3, 4, 5, 7, 8, 15, 16, 31, 32, 500)] == [1, 2, 3, 4, 5, 5, 6, 6, 7, 7, 8, 8]
+
+
+# -- with the real model -------------------------------------------------------
+
+COPY = "Rename the function add to plus:\n\ndef add(a, b):\n    return a + b\n\nprint(add(1, 2))\n\nRenamed:\n\ndef plus(a, b):\n"
+
+
+def _greedy(target, prompt, drafter=None, k=0, n=40):
+    from specgen.decoding import Generation
+
+    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True)
+    for _ in gen:
+        pass
+    return gen
+
+
+@pytest.mark.model
+def test_suffix_greedy_equals_plain_and_the_global_index_helps_a_repeat(target):
+    from test_model import assert_equal_or_near_tie, plain_run
+
+    prompt = target.tokenize(COPY)
+    plain, top2 = plain_run(target, prompt, n=40)
+    d = SuffixDrafter(global_cache=True)
+    first = _greedy(target, prompt, d, k=8)
+    assert_equal_or_near_tie(plain, top2, first.tokens)  # greedy: drafts leave the output as it was
+    st = first.stats
+    assert st.generated == st.rounds + st.accepted
+    again = _greedy(target, prompt, d, k=8)  # begin() remembered the first request
+    assert_equal_or_near_tie(plain, top2, again.tokens)
+    assert again.stats.rounds < first.stats.rounds
+    assert again.stats.accepted >= len(plain) - 8
+
+
+@pytest.mark.model
+def test_run_suffix_json(gemma_path):
+    from typer.testing import CliRunner
+
+    from specgen.cli import app
+
+    res = CliRunner().invoke(app, ["run", COPY, "--suffix", "-n", "12", "--json", "-c", "512", "-t", "2"])
+    assert res.exit_code == 0, res.output
+    import json
+
+    obj = json.loads(res.stdout)
+    assert obj["mode"] == "suffix" and obj["generated_tokens"] == 12
+
+
+def test_open_models_refuses_suffix_with_lookup():
+    from specgen.errors import SpecgenError
+    from specgen.loader import ModelOptions
+
+    with pytest.raises(SpecgenError, match="--lookup, --suffix"):
+        ModelOptions(lookup=True, drafter="suffix").validate()
+    with pytest.raises(SpecgenError, match="frequent"):
+        ModelOptions(drafter="suffix", suffix_choice="best").validate()
+
+
+def test_loader_builds_the_suffix_drafter():
+    from specgen.loader import ModelOptions, make_suffix_drafter
+
+    d = make_suffix_drafter(ModelOptions(drafter="suffix", global_cache=True, suffix_choice=FREQUENT))
+    assert isinstance(d, SuffixDrafter) and d.global_index is not None and d.choice == FREQUENT
+    assert make_suffix_drafter(ModelOptions(drafter="suffix")).global_index is None
