@@ -19,7 +19,7 @@ def test_longest_earlier_match_of_any_length():
     # would take the latest "2 3 4 5", followed by 7
     assert suffix_draft(toks, 2) == ([9, 2], 5, False)
     d = SuffixDrafter().propose_one(toks, 2)
-    assert (d.tokens, d.key) == ([9, 2], 5)
+    assert (d.tokens, d.key) == ([9, 2], match_bucket(5))
     assert lookup_draft(toks, 2) == [7, 1]
 
 
@@ -64,7 +64,8 @@ def test_incremental_drafter_matches_reference_scan(seed, choice):
 def test_global_index_matches_reference_scan(seed, choice):
     rng = np.random.default_rng(100 + seed)
     alphabet = 3 + seed % 3
-    d = SuffixDrafter(global_cache=True, choice=choice)
+    min_global = 1 + seed % 3
+    d = SuffixDrafter(global_cache=True, choice=choice, min_global_match=min_global)
     docs = []
     for _ in range(3):  # earlier requests, remembered when the next one begins
         d.begin(0)
@@ -75,7 +76,7 @@ def test_global_index_matches_reference_scan(seed, choice):
     toks = _random_stream(rng, 3, alphabet)
     for _ in range(25):
         k = int(rng.integers(1, 7))
-        want, length, from_docs = suffix_draft(toks, k, choice, docs)
+        want, length, from_docs = suffix_draft(toks, k, choice, docs, min_global_match=min_global)
         got = d.propose_one(toks, k)
         assert got.tokens == want
         if want:
@@ -102,7 +103,7 @@ def test_automaton_statistics_are_exact():
 
 
 def test_a_match_never_crosses_documents():
-    d = SuffixDrafter(global_cache=True)
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
     d.remember([1, 2, 3])
     d.remember([4, 5, 6])
     # "3 4" spans the two documents: no match; "3" alone ends its document: nothing follows
@@ -111,7 +112,7 @@ def test_a_match_never_crosses_documents():
 
 
 def test_prefers_longer_global_match_and_local_on_ties():
-    d = SuffixDrafter(global_cache=True)
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
     d.remember([7, 1, 2, 3, 8, 8])
     ctx = [1, 2, 5, 6, 1, 2, 3]  # local "1 2" (2 tokens) < global "1 2 3" (3)
     got = d.propose_one(ctx, 2)
@@ -134,10 +135,10 @@ def test_global_cache_off_never_carries_a_request_over():
 def test_finished_generation_is_remembered_when_the_next_begins():
     d = SuffixDrafter(global_cache=True)
     d.begin(0)
-    d.propose_one([1, 2, 3, 4, 5], 1)
-    assert d.propose_one([1, 2, 3, 4, 5], 1).tokens == []  # a request never drafts from itself
+    d.propose_one([1, 2, 3, 4, 5, 6, 7], 1)
+    assert d.propose_one([1, 2, 3, 4, 5, 6, 7], 1).tokens == []  # a request never drafts from itself
     d.begin(0)
-    assert d.propose_one([1, 2, 3], 2).tokens == [4, 5]
+    assert d.propose_one([1, 2, 3, 4], 2).tokens == [5, 6]
 
 
 def test_eviction_bounds_memory_and_keeps_recent_documents():
@@ -211,7 +212,15 @@ def test_capped_walk_still_drafts_a_true_continuation(seed, choice):
 
 
 def test_match_bucket():
-    assert [match_bucket(n) for n in (1, 2, 3, 4, 5, 7, 8, 15, 16, 31, 32, 500)] == [1, 2, 3, 4, 5, 5, 6, 6, 7, 7, 8, 8]
+    assert [match_bucket(n) for n in (1, 2, 3, 4, 7, 8, 15, 16, 500)] == [1, 2, 3, 4, 4, 5, 5, 6, 6]
+
+
+def test_short_global_matches_do_not_draft():
+    d = SuffixDrafter(global_cache=True)  # MIN_GLOBAL_MATCH = 4
+    d.remember([1, 2, 3, 9, 9])
+    assert d.propose_one([5, 1, 2, 3], 2).tokens == []
+    d.remember([1, 2, 3, 4, 8, 8])
+    assert d.propose_one([5, 1, 2, 3, 4], 2, seq=1).tokens == [8, 8]
 
 
 # -- with the real model -------------------------------------------------------
