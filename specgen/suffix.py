@@ -220,11 +220,13 @@ class GlobalIndex:
         return sum(len(d) for d in self.docs)
 
     def add(self, tokens: Sequence[int]) -> None:
-        doc = list(tokens)[-(self.max_tokens // 2):]
+        half = self.max_tokens // 2
+        doc = list(tokens)[-(half - 1):]  # with its separator, at most half the cap
         if not doc:
             return
         if len(self.sam) + len(doc) + 1 > self.max_tokens:
-            self._rebuild(self.max_tokens // 2 - len(doc))
+            # keep at most half: the next rebuild is >= max_tokens / 2 tokens away (O(1) amortised)
+            self._rebuild(half - len(doc) - 1)
         self._append(doc)
         self.docs.append(doc)
         self.version += 1
@@ -236,7 +238,7 @@ class GlobalIndex:
 
     def _rebuild(self, budget: int) -> None:
         kept: list[list[int]] = []
-        while self.docs and budget - len(self.docs[-1]) >= 0:
+        while self.docs and len(self.docs[-1]) + 1 <= budget:  # each with its separator
             doc = self.docs.pop()
             budget -= len(doc) + 1
             kept.append(doc)

@@ -162,7 +162,8 @@ def test_eviction_bounds_memory_and_keeps_recent_documents():
 def test_oversized_document_keeps_its_tail():
     g = GlobalIndex(max_tokens=20)
     g.add(list(range(100)))
-    assert list(g.docs) == [list(range(90, 100))]
+    assert list(g.docs) == [list(range(91, 100))]
+    assert len(g.sam) == 10  # and its separator
 
 
 def test_drafter_rejects_unknown_choice():
