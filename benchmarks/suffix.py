@@ -141,7 +141,7 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def bench_workload(name, requests, target, model_path, args):
+def bench_workload(name, requests, target, model_path, args, save=None):
     configs = list(args.configs)
     tools = args.tools if args.tools and (Path(args.tools) / "llama-speculative-simple").exists() else None
     names = configs + ([f"llama:{t}" for t in LLAMA_TYPES] if tools else [])
@@ -166,6 +166,8 @@ def bench_workload(name, requests, target, model_path, args):
             line = " ".join(f"{c}={statistics.median(x['tokens_per_s'] for x in results[rid][c] if 'tokens_per_s' in x) if any('tokens_per_s' in x for x in results[rid][c]) else float('nan'):.1f}"
                             for c in names)
             print(f"[{name} rep {rep + 1}/{args.repeats}] {rid} ({len(toks)} prompt tokens): {line}", file=sys.stderr, flush=True)
+            if save:  # partial results survive an interrupted run
+                save(results)
     return summarise(name, prompts, results, names), results
 
 
@@ -222,6 +224,7 @@ def main(argv=None) -> None:
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--k-max", type=int, default=16, help="ceiling of the cost policy's k (and llama.cpp's --spec-draft-n-max)")
     ap.add_argument("--limit", type=int, default=0, help="first N requests of each workload only")
+    ap.add_argument("--stride", type=int, default=1, help="every Nth request only (all categories, fewer runs)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--tools", default="/tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin",
                     help="llama.cpp's build/bin: llama-speculative-simple runs beside when it exists")
@@ -242,9 +245,15 @@ def main(argv=None) -> None:
     with Engine(model_path, n_ctx=args.ctx, n_threads=args.threads) as target:
         for w in chosen:
             reqs = workloads[w]()
+            reqs = reqs[:: args.stride]
             if args.limit:
                 reqs = reqs[: args.limit]
-            summary, results = bench_workload(w, reqs, target, model_path, args)
+            def save(results, w=w):
+                if args.out:
+                    report["workloads"][w] = {"partial": True, "results": results}
+                    args.out.write_text(json.dumps(report, indent=1))
+
+            summary, results = bench_workload(w, reqs, target, model_path, args, save)
             report["workloads"][w] = {"summary": summary, "results": results}
             print_table(summary)
             if args.out:
