@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -102,12 +103,35 @@ def run_one(target, prompt, drafter, n, k_max):
     k = k_max if drafter is not None else 0
     policy = make_policy("cost", k, target) if k else None
     gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
-    for _ in gen:
+    rounds = iter(gen)
+    next(rounds)  # the prefill round: decode speed counts what comes after it
+    cpu0 = _cpu_s()
+    for _ in rounds:
         pass
+    cpu = _cpu_s() - cpu0
     st = gen.stats
-    return {"tokens_per_s": st.tokens_per_s, "generated": st.generated, "rounds": st.rounds,
+    return {"tokens_per_s": st.tokens_per_s, "cpu_tokens_per_s": (st.generated - 1) / cpu if cpu > 0 else float("nan"), "generated": st.generated, "rounds": st.rounds,
             "drafted": st.drafted, "accepted": st.accepted, "draft_s": st.draft_s, "decode_s": st.decode_s,
-            "tokens": gen.tokens}
+            "k_hist": st.k_hist, "tokens": gen.tokens}
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process, all threads: the work done, much less sensitive than
+    wall time to other processes on a shared CPU (a stalled thread's spin still counts)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def modelled_tokens_per_s(r, curve):
+    """Decode tok/s had each target pass cost what the quiet machine's verify curve says
+    (rounds after the first, k + 1 rows each) plus the measured drafting time: the
+    work a config did, priced without the shared CPU's noise."""
+    from specgen.policy import verify_cost
+
+    hist = dict(r["k_hist"])
+    hist["0"] = hist.get("0", 0) - 1  # the prefill round gave the first token
+    t = sum(n * verify_cost(curve, int(k) + 1) for k, n in hist.items()) + r["draft_s"]
+    return (r["generated"] - 1) / t if t > 0 else float("nan")
 
 
 # -- llama.cpp ------------------------------------------------------------------
@@ -168,14 +192,23 @@ def bench_workload(name, requests, target, model_path, args, save=None):
             print(f"[{name} rep {rep + 1}/{args.repeats}] {rid} ({len(toks)} prompt tokens): {line}", file=sys.stderr, flush=True)
             if save:  # partial results survive an interrupted run
                 save(results)
-    return summarise(name, prompts, results, names), results
-
-
-def summarise(name, prompts, results, names):
-    med = {rid: {c: statistics.median([r["tokens_per_s"] for r in rs if "tokens_per_s" in r] or [float("nan")])
-                 for c, rs in per.items()} for rid, per in results.items()}
     rids = [rid for rid, _, _ in prompts]
-    out = {"workload": name, "requests": len(rids), "configs": {}}
+    return summarise(name, rids, results, names), results
+
+
+def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
+    """Per config: medians and geometric means of per-request ratios (of measured decode
+    tok/s, or with key="model_tokens_per_s" of the work priced by the verify curve)."""
+    if key == "model_tokens_per_s":
+        for per in results.values():
+            for c, rs in per.items():
+                for r in rs:
+                    if "k_hist" in r:
+                        r[key] = modelled_tokens_per_s(r, curve)
+    names = [c for c in names if all(key in r for rid in rids for r in results[rid][c])]
+    med = {rid: {c: statistics.median([r[key] for r in results[rid][c]] or [float("nan")]) for c in names}
+           for rid in rids}
+    out = {"workload": name, "requests": len(rids), "measure": key, "configs": {}}
     for c in names:
         row = {"median_tokens_per_s": statistics.median(med[r][c] for r in rids)}
         ratio = [med[r][c] / med[r]["plain"] for r in rids]
@@ -203,7 +236,7 @@ def summarise(name, prompts, results, names):
 
 
 def print_table(summary):
-    print(f"\n## {summary['workload']} ({summary['requests']} requests)")
+    print(f"\n## {summary['workload']} ({summary['requests']} requests; {summary['measure']})")
     cols = ["median_tokens_per_s", "geomean_vs_plain", "min_vs_plain", "geomean_vs_lookup", "min_vs_lookup",
             "geomean_vs_llama_best", "min_vs_llama_best", "acceptance", "mean_accepted_len", "draft_share", "differs_from_plain"]
     cols = [c for c in cols if any(c in row for row in summary["configs"].values())]
@@ -229,7 +262,11 @@ def main(argv=None) -> None:
     ap.add_argument("--tools", default="/tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin",
                     help="llama.cpp's build/bin: llama-speculative-simple runs beside when it exists")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--summarise", type=Path, nargs="+", default=None,
+                    help="print the tables of saved (possibly partial) runs instead of running")
     args = ap.parse_args(argv)
+    if args.summarise:
+        return summarise_files(args.summarise)
     if "plain" not in args.configs:
         args.configs.insert(0, "plain")
 
@@ -258,6 +295,24 @@ def main(argv=None) -> None:
             print_table(summary)
             if args.out:
                 args.out.write_text(json.dumps(report, indent=1))
+
+
+def summarise_files(paths) -> None:
+    """Tables from saved runs: the requests every config finished, measured and modelled."""
+    from specgen.costs import cost_profile
+    from specgen.engine import Engine
+
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        print(f"\n# {path}: {report['command']}")
+        with Engine(Path(report["model"]), n_ctx=512, n_threads=report["threads"]) as e:
+            curve = cost_profile(e)["verify_s"]  # the cached profile, measured on a quiet machine
+        for w, data in report["workloads"].items():
+            results = data["results"]
+            names = list(next(iter(results.values())))
+            rids = [rid for rid, per in results.items() if all(per[c] for c in names)]
+            for key in ("tokens_per_s", "cpu_tokens_per_s", "model_tokens_per_s"):
+                print_table(summarise(w, rids, results, names, curve, key))
 
 
 if __name__ == "__main__":
