@@ -3,7 +3,7 @@
 Resolves model references through the registry, drafts through text
 (specgen.translate) with a draft model whose tokenizer differs from the
 target's, refusing only one that cannot encode text, and says which mode the
-run is in ("plain", "lookup" or "draft"; `Loaded.translated` for a
+run is in ("plain", "lookup", "suffix" or "draft"; `Loaded.translated` for a
 translated draft, which the CLI reports in one line).
 """
 
@@ -34,9 +34,13 @@ class ModelOptions:
     n_seq: int = 1
     adaptive: str | None = None  # cost | heuristic | fixed; None: cost, or fixed when -k is given
     p_min: float = 0.0
+    drafter: str | None = None  # "suffix": the suffix index instead of prompt lookup
+    global_cache: bool = False  # suffix: also draft from earlier requests of this process
+    suffix_choice: str = "latest"  # suffix: latest occurrence's continuation, or "frequent"
 
     def validate(self) -> None:
-        chosen = [name for name, on in (("-d/--draft", self.draft), ("--lookup", self.lookup), ("--no-spec", self.no_spec)) if on]
+        chosen = [name for name, on in (("-d/--draft", self.draft), ("--lookup", self.lookup), ("--no-spec", self.no_spec),
+                                        ("--suffix", self.drafter == "suffix")) if on]
         if len(chosen) > 1:
             raise SpecgenError(f"choose one of {', '.join(chosen)}")
         if self.draft_max is not None and self.draft_max < 1:
@@ -51,6 +55,12 @@ class ModelOptions:
             raise SpecgenError(f"unknown --adaptive policy '{self.adaptive}' (choose {', '.join(POLICIES)})")
         if not 0.0 <= self.p_min < 1.0:
             raise SpecgenError(f"--p-min must be in [0, 1) (got {self.p_min})")
+        if self.drafter not in (None, "lookup", "suffix"):
+            raise SpecgenError(f"unknown drafter '{self.drafter}' (choose lookup or suffix)")
+        from specgen.suffix import CHOICES
+
+        if self.suffix_choice not in CHOICES:
+            raise SpecgenError(f"unknown suffix continuation '{self.suffix_choice}' (choose {', '.join(CHOICES)})")
 
     @property
     def policy_name(self) -> str:
@@ -63,7 +73,7 @@ class ModelOptions:
 class Loaded:
     target: Engine
     drafter: Drafter | None
-    mode: str  # plain | lookup | draft
+    mode: str  # plain | lookup | suffix | draft
     draft_max: int
     target_path: Path
     draft_path: Path | None = None
@@ -82,8 +92,8 @@ class Loaded:
 
 
 # Fixed k (-k without --adaptive) defaults, and the ceiling adaptive policies may reach.
-DEFAULT_DRAFT_MAX = {"lookup": 8, "draft": 4, "plain": 0}
-ADAPTIVE_K_MAX = {"lookup": 16, "draft": 8, "plain": 0}
+DEFAULT_DRAFT_MAX = {"lookup": 8, "suffix": 8, "draft": 4, "plain": 0}
+ADAPTIVE_K_MAX = {"lookup": 16, "suffix": 16, "draft": 8, "plain": 0}
 POLICIES = ("cost", "heuristic", "fixed")
 
 
@@ -133,6 +143,14 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
     return policy.CostAware(k_max, verify, step, feed, shared=shared)
 
 
+def make_suffix_drafter(opts: ModelOptions):
+    """The suffix-index drafter; its global index lives as long as the drafter
+    (one process), and only with global_cache on."""
+    from specgen.suffix import SuffixDrafter
+
+    return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.ngram_min)
+
+
 def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Loaded:
     opts.validate()
     catalog = catalog or registry.load_catalog()
@@ -140,12 +158,12 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
     if opts.pair:
         pair = registry.resolve_pair(opts.pair, catalog)
         model_ref = model_ref or pair.target
-        if not (opts.lookup or opts.no_spec):
+        if not (opts.lookup or opts.no_spec or opts.drafter == "suffix"):
             draft_ref = draft_ref or pair.draft
         draft_max = draft_max or pair.draft_max
     target_path = registry.resolve_model(model_ref, catalog)
     draft_path = registry.resolve_model(draft_ref, catalog) if draft_ref else None
-    mode = "plain" if opts.no_spec else "draft" if draft_path else "lookup"
+    mode = "plain" if opts.no_spec else "draft" if draft_path else "suffix" if opts.drafter == "suffix" else "lookup"
     policy_name = "fixed" if mode == "plain" else opts.policy_name
     default_k = DEFAULT_DRAFT_MAX if policy_name == "fixed" else ADAPTIVE_K_MAX
     k = 0 if mode == "plain" else (draft_max or default_k[mode])
@@ -161,6 +179,8 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
             draft_engine = drafter.engine
         elif mode == "lookup":
             drafter = PromptLookup(opts.ngram_max, opts.ngram_min)
+        elif mode == "suffix":
+            drafter = make_suffix_drafter(opts)
     except BaseException:
         if draft_engine is not None:
             draft_engine.close()

@@ -65,6 +65,7 @@ def run(
     adaptive: AdaptiveOpt = None,
     p_min: PMinOpt = 0.0,
     json_out: JsonOpt = False,
+    suffix: Annotated[bool, typer.Option("--suffix", help="Draft from a suffix index: the longest earlier match of the context, of any length.")] = False,
 ) -> None:
     """Generate a completion, streaming tokens; stats on stderr."""
     from specgen.decoding import Generation
@@ -73,7 +74,7 @@ def run(
     check_max_tokens(max_tokens)
     params = sampling_params(temp, top_k, top_p, min_p, seed)
     opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
-                        adaptive=adaptive, p_min=p_min)
+                        adaptive=adaptive, p_min=p_min, drafter="suffix" if suffix else None)
     opts.validate()
     text_in = read_prompt(prompt, file)
     loaded = open_models(opts)

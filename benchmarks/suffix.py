@@ -1,0 +1,319 @@
+"""Suffix-index drafting side by side: plain, prompt lookup, suffix index with the
+global cache off and on (and llama.cpp's model-free speculative types, when
+its tools are built).
+
+All specgen configs run in this process on one engine (same model, threads,
+prompt tokens, token count; greedy, end-of-generation ignored), interleaved:
+for each request every config runs once, in an order rotated per request.
+Requests go in sequence, as an agent would send them; a config with the global
+cache keeps one drafter across the requests of a pass, so request i may draft
+from requests 0 … i-1, never from its own output: each repeat pass starts from
+an empty global index. Reported: per request the median decode tok/s over
+repeats; per config the median over requests and the geometric mean of
+per-request ratios. The CPU is shared: read ratios, not absolute speeds.
+
+    PYTHONPATH=$PWD python benchmarks/suffix.py --workload both -n 80 --repeats 1 \\
+        [--tools /tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin] --out suffix.json
+
+Workloads: `bundled` (specgen's request set) and `agent` (a ticket-triage
+agent: one instruction template with a worked example, 24 tickets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+AGENT_TEMPLATE = """You are a support-ticket triage agent for Northwind Cloud. Read the ticket and answer with one JSON object with the keys "category" (one of: billing, bug, account, feature_request, outage, other), "priority" (low, medium, high, urgent), "product" (storage, compute, database, dashboard, api, billing_portal), "customer_tier" (free, pro, enterprise), "summary" (one short sentence), and "next_action" (one of: refund_review, escalate_engineering, reset_credentials, add_to_roadmap, status_page_update, reply_with_docs).
+
+Ticket: "Hi, I'm on the Pro plan and I was charged twice for November. Please fix this, I only have one workspace." - Dana
+Answer: {"category": "billing", "priority": "medium", "product": "billing_portal", "customer_tier": "pro", "summary": "Customer was charged twice for November on the Pro plan.", "next_action": "refund_review"}
+
+Ticket: "{ticket}"
+Answer: {"category": \""""
+
+TICKETS = [
+    "Our enterprise database cluster in eu-west has been unreachable for 20 minutes. Production is down! - Raj, Enterprise",
+    "The dashboard shows my storage usage as 0 bytes but I have 40 GB of files. Free plan. - Lena",
+    "Can you add dark mode to the dashboard? Our team works at night. - Pro customer Tom",
+    "I forgot my password and the reset email never arrives. I'm on the free tier. - Mei",
+    "API returns 500 on every POST /v2/jobs since this morning. We are an enterprise customer. - Carlos",
+    "I was billed for the Enterprise plan but we downgraded to Pro last month. - Fatima",
+    "Compute instances take 10 minutes to boot instead of 30 seconds. Pro plan. - Ivan",
+    "Please support exporting invoices as CSV from the billing portal. - Enterprise admin Noor",
+    "Someone logged into my account from another country. Please lock it! Free plan. - Sam",
+    "Database backups failed three nights in a row, error code DB-4411. Enterprise. - Olga",
+    "How do I rotate API keys without downtime? Pro plan. - Kenji",
+    "The storage upload button does nothing in Firefox. Free tier user. - Ana",
+    "We need SSO with Okta for our 300 users. Enterprise. - Priya",
+    "My credit card was declined but the bank says it is fine. Pro. - Luis",
+    "All compute regions show red on your status page but our VMs work. Enterprise. - Hannah",
+    "The API rate limit is 10 requests per second but our contract says 100. Enterprise. - Omar",
+    "I can't change the email address on my account. Free plan. - Zoe",
+    "Storage bucket listing is very slow for buckets with more than a million objects. Pro. - Ben",
+    "Please add a Terraform provider for the database product. Pro customer. - Ines",
+    "We were charged VAT although we entered our EU VAT number. Enterprise. - Jonas",
+    "Dashboard graphs are empty since the last release. Pro plan. - Aisha",
+    "Our database failover took 15 minutes during the incident yesterday; we need an explanation. Enterprise. - Ravi",
+    "Two-factor codes from the authenticator app are always rejected. Pro. - Elif",
+    "Compute billing shows hours for instances we deleted last week. Free tier. - Marco",
+]
+
+
+def agent_requests() -> list[tuple[str, str]]:
+    return [(f"ticket-{i:02d}", AGENT_TEMPLATE.replace("{ticket}", t)) for i, t in enumerate(TICKETS)]
+
+
+def bundled_requests() -> list[tuple[str, str]]:
+    from specgen.bench import load_requests
+
+    return [(r.id, r.prompt) for r in load_requests(None) if r.prompt]
+
+
+# -- specgen configs -----------------------------------------------------------
+
+CONFIGS = ("plain", "lookup", "suffix", "suffix+global", "suffix+global:frequent")
+
+
+def make_drafter(name: str):
+    from specgen.drafters import PromptLookup
+    from specgen.suffix import FREQUENT, LATEST, SuffixDrafter
+
+    if name == "plain":
+        return None
+    if name == "lookup":
+        return PromptLookup()
+    choice = FREQUENT if name.endswith(":frequent") else LATEST
+    return SuffixDrafter(global_cache="+global" in name, choice=choice)
+
+
+def run_one(target, prompt, drafter, n, k_max):
+    from specgen.decoding import Generation
+    from specgen.loader import make_policy
+
+    k = k_max if drafter is not None else 0
+    policy = make_policy("cost", k, target) if k else None
+    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
+    rounds = iter(gen)
+    next(rounds)  # the prefill round: decode speed counts what comes after it
+    cpu0 = _cpu_s()
+    for _ in rounds:
+        pass
+    cpu = _cpu_s() - cpu0
+    st = gen.stats
+    return {"tokens_per_s": st.tokens_per_s, "cpu_tokens_per_s": (st.generated - 1) / cpu if cpu > 0 else float("nan"), "generated": st.generated, "rounds": st.rounds,
+            "drafted": st.drafted, "accepted": st.accepted, "draft_s": st.draft_s, "decode_s": st.decode_s,
+            "k_hist": st.k_hist, "tokens": gen.tokens}
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process, all threads: the work done, much less sensitive than
+    wall time to other processes on a shared CPU (a stalled thread's spin still counts)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def modelled_tokens_per_s(r, curve):
+    """Decode tok/s had each target pass cost what the quiet machine's verify curve says
+    (rounds after the first, k + 1 rows each) plus the measured drafting time: the
+    work a config did, priced without the shared CPU's noise."""
+    from specgen.policy import verify_cost
+
+    hist = dict(r["k_hist"])
+    hist["0"] = hist.get("0", 0) - 1  # the prefill round gave the first token
+    t = sum(n * verify_cost(curve, int(k) + 1) for k, n in hist.items()) + r["draft_s"]
+    return (r["generated"] - 1) / t if t > 0 else float("nan")
+
+
+# -- llama.cpp ------------------------------------------------------------------
+
+LLAMA_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+
+
+def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(text + "\n")  # llama.cpp's -f drops one trailing newline: the same tokens as specgen's
+    out = subprocess.run(
+        [str(Path(tools) / "llama-speculative-simple"), "-m", str(model), "-f", f.name, "-n", str(n),
+         "-t", str(threads), "-c", str(ctx), "--temp", "0", "--ignore-eos", "--spec-type", spec_type,
+         "--spec-draft-n-max", str(k_max)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+    )
+    Path(f.name).unlink()
+    log = out.stderr + out.stdout
+    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", log)
+    if out.returncode != 0 or not m:
+        return {"error": (log.strip().splitlines() or ["no output"])[-1]}
+    acc = re.search(r"accept\s+=\s+([\d.]+)%", log)
+    return {"tokens_per_s": float(m.group(3)), "generated": int(m.group(1)),
+            "acceptance": float(acc.group(1)) / 100 if acc else None}
+
+
+# -- the run -----------------------------------------------------------------------
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def bench_workload(name, requests, target, model_path, args, save=None):
+    configs = list(args.configs)
+    tools = args.tools if args.tools and (Path(args.tools) / "llama-speculative-simple").exists() else None
+    names = configs + ([f"llama:{t}" for t in LLAMA_TYPES] if tools else [])
+    prompts = [(rid, text, target.tokenize(text)) for rid, text in requests]
+    results = {rid: {c: [] for c in names} for rid, _, _ in prompts}
+    for rep in range(args.repeats):
+        drafters = {c: make_drafter(c) for c in configs}  # global caches start empty every pass
+        for i, (rid, text, toks) in enumerate(prompts):
+            order = names[i % len(names):] + names[: i % len(names)]
+            if rep % 2:
+                order.reverse()
+            for c in order:
+                if c.startswith("llama:"):
+                    r = llama_spec(tools, model_path, text, c.split(":", 1)[1], args.n, args.threads, args.ctx, args.k_max)
+                else:
+                    r = run_one(target, toks, drafters[c], args.n, args.k_max)
+                results[rid][c].append(r)
+            plain = results[rid]["plain"][-1]["tokens"]
+            for c in configs:  # greedy: a draft changes the output only at a near-tie of batched rows
+                r = results[rid][c][-1]
+                r["same_as_plain"] = r.pop("tokens") == plain
+            line = " ".join(f"{c}={statistics.median(x['tokens_per_s'] for x in results[rid][c] if 'tokens_per_s' in x) if any('tokens_per_s' in x for x in results[rid][c]) else float('nan'):.1f}"
+                            for c in names)
+            print(f"[{name} rep {rep + 1}/{args.repeats}] {rid} ({len(toks)} prompt tokens): {line}", file=sys.stderr, flush=True)
+            if save:  # partial results survive an interrupted run
+                save(results)
+    rids = [rid for rid, _, _ in prompts]
+    return summarise(name, rids, results, names), results
+
+
+def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
+    """Per config: medians and geometric means of per-request ratios (of measured decode
+    tok/s, or with key="model_tokens_per_s" of the work priced by the verify curve)."""
+    if key == "model_tokens_per_s":
+        for per in results.values():
+            for c, rs in per.items():
+                for r in rs:
+                    if "k_hist" in r:
+                        r[key] = modelled_tokens_per_s(r, curve)
+    names = [c for c in names if all(key in r for rid in rids for r in results[rid][c])]
+    med = {rid: {c: statistics.median([r[key] for r in results[rid][c]] or [float("nan")]) for c in names}
+           for rid in rids}
+    out = {"workload": name, "requests": len(rids), "measure": key, "configs": {}}
+    for c in names:
+        row = {"median_tokens_per_s": statistics.median(med[r][c] for r in rids)}
+        ratio = [med[r][c] / med[r]["plain"] for r in rids]
+        row["geomean_vs_plain"] = geomean(ratio)
+        row["min_vs_plain"] = min(ratio)
+        if "lookup" in names:
+            ratio_l = [med[r][c] / med[r]["lookup"] for r in rids]
+            row["geomean_vs_lookup"] = geomean(ratio_l)
+            row["min_vs_lookup"] = min(ratio_l)
+        rs = [x for r in rids for x in results[r][c]]
+        if rs and "rounds" in rs[0]:
+            drafted = sum(x["drafted"] for x in rs)
+            row["acceptance"] = sum(x["accepted"] for x in rs) / drafted if drafted else 0.0
+            row["mean_accepted_len"] = sum(x["generated"] for x in rs) / sum(x["rounds"] for x in rs)
+            row["draft_share"] = sum(x["draft_s"] for x in rs) / max(sum(x["decode_s"] for x in rs), 1e-9)
+            row["differs_from_plain"] = sum(not x["same_as_plain"] for x in rs)
+        llama = [c2 for c2 in names if c2.startswith("llama:")]
+        if llama and not c.startswith("llama:"):
+            best = [max(med[r][c2] for c2 in llama) for r in rids]
+            ratio_b = [med[r][c] / b for r, b in zip(rids, best)]
+            row["geomean_vs_llama_best"] = geomean(ratio_b)
+            row["min_vs_llama_best"] = min(ratio_b)
+        out["configs"][c] = row
+    return out
+
+
+def print_table(summary):
+    print(f"\n## {summary['workload']} ({summary['requests']} requests; {summary['measure']})")
+    cols = ["median_tokens_per_s", "geomean_vs_plain", "min_vs_plain", "geomean_vs_lookup", "min_vs_lookup",
+            "geomean_vs_llama_best", "min_vs_llama_best", "acceptance", "mean_accepted_len", "draft_share", "differs_from_plain"]
+    cols = [c for c in cols if any(c in row for row in summary["configs"].values())]
+    print("| config | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for c, row in summary["configs"].items():
+        cells = [f"{row[k]:.3g}" if isinstance(row.get(k), float) else str(row.get(k, "")) for k in cols]
+        print(f"| {c} | " + " | ".join(cells) + " |")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", choices=("bundled", "agent", "both"), default="both")
+    ap.add_argument("-m", "--model", default=None, help="default: the embedded Gemma 3 270M")
+    ap.add_argument("-n", type=int, default=80, help="tokens per request (end-of-generation ignored)")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--k-max", type=int, default=16, help="ceiling of the cost policy's k (and llama.cpp's --spec-draft-n-max)")
+    ap.add_argument("--limit", type=int, default=0, help="first N requests of each workload only")
+    ap.add_argument("--stride", type=int, default=1, help="every Nth request only (all categories, fewer runs)")
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    ap.add_argument("--tools", default="/tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin",
+                    help="llama.cpp's build/bin: llama-speculative-simple runs beside when it exists")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--summarise", type=Path, nargs="+", default=None,
+                    help="print the tables of saved (possibly partial) runs instead of running")
+    args = ap.parse_args(argv)
+    if args.summarise:
+        return summarise_files(args.summarise)
+    if "plain" not in args.configs:
+        args.configs.insert(0, "plain")
+
+    from specgen.engine import Engine
+    from specgen.registry import resolve_model
+
+    model_path = resolve_model(args.model)
+    workloads = {"bundled": bundled_requests, "agent": agent_requests}
+    chosen = list(workloads) if args.workload == "both" else [args.workload]
+    report = {"command": " ".join(sys.argv), "model": str(model_path), "threads": args.threads, "n": args.n,
+              "repeats": args.repeats, "k_max": args.k_max, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "workloads": {}}
+    with Engine(model_path, n_ctx=args.ctx, n_threads=args.threads) as target:
+        for w in chosen:
+            reqs = workloads[w]()
+            reqs = reqs[:: args.stride]
+            if args.limit:
+                reqs = reqs[: args.limit]
+            def save(results, w=w):
+                if args.out:
+                    report["workloads"][w] = {"partial": True, "results": results}
+                    args.out.write_text(json.dumps(report, indent=1))
+
+            summary, results = bench_workload(w, reqs, target, model_path, args, save)
+            report["workloads"][w] = {"summary": summary, "results": results}
+            print_table(summary)
+            if args.out:
+                args.out.write_text(json.dumps(report, indent=1))
+
+
+def summarise_files(paths) -> None:
+    """Tables from saved runs: the requests every config finished, measured and modelled."""
+    from specgen.costs import cost_profile
+    from specgen.engine import Engine
+
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        print(f"\n# {path}: {report['command']}")
+        with Engine(Path(report["model"]), n_ctx=512, n_threads=report["threads"]) as e:
+            curve = cost_profile(e)["verify_s"]  # the cached profile, measured on a quiet machine
+        for w, data in report["workloads"].items():
+            results = data["results"]
+            names = list(next(iter(results.values())))
+            rids = [rid for rid, per in results.items() if all(per[c] for c in names)]
+            for key in ("tokens_per_s", "cpu_tokens_per_s", "model_tokens_per_s"):
+                print_table(summarise(w, rids, results, names, curve, key))
+
+
+if __name__ == "__main__":
+    main()
