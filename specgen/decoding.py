@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from specgen.acceptance import accept_greedy, accept_sampled
-from specgen.drafters import Draft, Drafter, Want
+from specgen.drafters import NORMAL_FEED, Draft, Drafter, Want
 from specgen.errors import SpecgenError
 from specgen.policy import FixedK, Situation
 from specgen.sampling import SamplingParams, probs, sample
@@ -48,7 +48,7 @@ class Stats:
     drafted_at: list[int] = field(default_factory=list)  # rounds that drafted >= i+1
     accepted_at: list[int] = field(default_factory=list)  # drafts accepted at position i+1
     k_chosen: Counter = field(default_factory=Counter)  # draft length per round
-    prefill_s: float = 0.0  # the target's prompt prefill (and first token)
+    prefill_s: float = 0.0  # to the first token: the target's prompt prefill, and the draft's when it reads the prompt too
     draft_prefill_s: float = 0.0  # the draft model's bulk feeds: its prompt prefill and catch-ups
     draft_fed: int = 0  # tokens in those feeds
     total_s: float = 0.0
@@ -237,6 +237,22 @@ class Generation:
             self.drafter.begin(self.seq)
         self.context = list(self.prompt)
 
+    def prefill_draft(self) -> None:
+        """A draft model reads the prompt alongside the target, before the first
+        token (as llama.cpp's speculative examples do), when the policy expects
+        drafting to pay that back over this generation; otherwise it catches up
+        later, if ever, under the same rule."""
+        d = self.drafter
+        if d is None or d.free or not hasattr(d, "prefill"):
+            return
+        lag = d.lag(self.seq, self.context)
+        if lag <= NORMAL_FEED or not self.policy.prefill_pays(lag, self.max_tokens):
+            return
+        draft = d.prefill(self.seq, self.context)
+        self.policy.update(draft.key, 0, 0, None, draft)  # learns the cost of a bulk feed
+        self.stats.draft_fed += draft.fed
+        self.stats.draft_prefill_s += draft.fed_s
+
     @property
     def done(self) -> bool:
         return bool(self.stats.stop_reason)
@@ -312,7 +328,9 @@ class Generation:
     def __iter__(self) -> Iterator[Round]:
         self.begin()
         try:
-            yield self.first(self.target.sync(self.seq, self.prompt))
+            row = self.target.sync(self.seq, self.prompt)
+            self.prefill_draft()
+            yield self.first(row)
             while (batch := plan_step([self], self.drafter)[0]) is not None:
                 yield self.settle(self.target.decode(self.seq, batch, len(batch)))
         except KeyboardInterrupt:

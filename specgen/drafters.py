@@ -202,6 +202,13 @@ class DraftModel:
     def lag(self, seq: int, context: Sequence[int]) -> int:
         return max(len(context) - len(self.engine.kv_tokens(seq)), 0)
 
+    def prefill(self, seq: int, context: Sequence[int]) -> Draft:
+        """Read the context now (with the target's prompt, before the first token),
+        so drafting starts without a catch-up; its cost is reported in `fed_s`."""
+        d = Draft()
+        self._catch_up([Want(seq, context, 1)], [d])
+        return d
+
     def propose(self, wants: Sequence[Want]) -> list[Draft]:
         wants = list(wants)
         out = [Draft([], None if w.params.greedy else []) for w in wants]
@@ -244,7 +251,7 @@ class DraftModel:
         """Bring each sequence's cache up to its context; the logits of each context's last token."""
         eng = self.engine
         items = [(w.seq, w.context) for w in wants]
-        fed = [len(w.context) - min(common_prefix(eng.kv_tokens(w.seq), w.context), len(w.context) - 1) for w in wants]
+        fed = [len(ctx) - min(common_prefix(eng.kv_tokens(seq), ctx), len(ctx) - 1) for seq, ctx in items]
         t = time.perf_counter()
         rows = eng.sync_many(items)
         dt = time.perf_counter() - t

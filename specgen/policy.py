@@ -109,6 +109,11 @@ class Policy:
         self._drafted += k
         self._accepted += accepted
 
+    def prefill_pays(self, lag: int, remaining: int) -> bool:
+        """Should a draft model read `lag` tokens of prompt now, to draft over the
+        `remaining` tokens? A policy without a cost model always drafts."""
+        return True
+
     def expected_tokens(self, key: int, k: int) -> float:
         """Tokens a round of k drafts is expected to emit (for planning a shared step)."""
         alpha = self._accepted / self._drafted if self._drafted else 0.5
@@ -245,13 +250,21 @@ class CostAware(Policy):
         z = max(float(self.rng.standard_normal()), 0.0)
         rates = self.rates(acc.rates(limit, z=z), situation)
         k = max(range(limit + 1), key=rates.__getitem__)
-        if k and situation.lag > 2 and self.feed_s > 0:
-            left = max(situation.remaining, 1)
-            if situation.lag * self.feed_s + left / rates[k] >= left / rates[0]:
-                k = 0
+        if k and situation.lag > 2 and not self._catch_up_pays(situation.lag, situation.remaining, rates[k], rates[0]):
+            k = 0
         if k == 0:
             acc.forget(self.idle_decay)
         return k
+
+    def _catch_up_pays(self, lag: int, remaining: int, rate_k: float, rate_0: float) -> bool:
+        """Catching up `lag` tokens, then drafting the rest, beats not drafting."""
+        left = max(remaining, 1)
+        return lag * self.feed_s + left / rate_k < left / rate_0
+
+    def prefill_pays(self, lag: int, remaining: int, key: int = 0) -> bool:
+        rates = self.rates(self._acc(key).rates(self.k_max))
+        k = max(range(len(rates)), key=rates.__getitem__)
+        return k > 0 and self._catch_up_pays(lag, remaining, rates[k], rates[0])
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)

@@ -63,6 +63,34 @@ def test_profile_is_cached_and_invalidated(model_file, tmp_path):
     assert cost_profile(e4, cache=cache)["verify_s"] and len(e4.decodes) > 0
 
 
+def test_a_profile_taken_on_a_busy_machine_is_measured_again_once(model_file, tmp_path):
+    """A cached profile whose one-row pass is far slower than a pass now was
+    inflated by other processes: it is retaken. One faster than now is kept
+    (being busy now says nothing against it). Each file is checked once per process."""
+    import json
+
+    from specgen import costs
+
+    cache = tmp_path / "costs"
+    prof = cost_profile(TimedFake(model_file), cache=cache)
+    f = next(cache.glob("*.json"))
+    costs._checked.discard(f)
+    f.write_text(json.dumps({**prof, "verify_s": [0.0] + [100.0] * 32}))  # 100 s a pass: a busy machine
+    e = TimedFake(model_file)
+    retaken = cost_profile(e, cache=cache)
+    assert retaken["verify_s"][1] < 1.0 and len(e.decodes) > 10  # spot check, then the full measurement
+    assert json.loads(f.read_text())["verify_s"][1] < 1.0  # and the cache holds the new one
+    costs._checked.discard(f)
+    fast = {**prof, "verify_s": [0.0] + [1e-12] * 32}
+    f.write_text(json.dumps(fast))
+    e2 = TimedFake(model_file)
+    assert cost_profile(e2, cache=cache) == fast  # faster than any pass now: kept
+    n = len(e2.decodes)
+    assert 0 < n < 10  # only the spot check ran
+    cost_profile(e2, cache=cache)
+    assert len(e2.decodes) == n  # checked once per process
+
+
 def test_adaptive_k_never_exceeds_what_the_context_allows():
     eng = FakeEngine(chain_table(8), n_ctx=40)  # a short cycle: lookup always matches
     flat = [0.0] + [0.01] * 33  # verifying is free: the policy wants the longest draft

@@ -143,3 +143,29 @@ def test_stats_merge_adds_counters_and_per_position_tallies():
     assert a.drafted_at == [2, 2, 2, 1] and a.accepted_at == [2, 1, 0, 0]
     assert a.k_chosen == {0: 1, 3: 1, 4: 1}
     assert a.draft_s == pytest.approx(0.1) and a.verify_s == pytest.approx(0.5)
+
+
+def test_a_draft_model_reads_the_prompt_before_the_first_token_when_drafting_can_pay():
+    from specgen.drafters import DraftModel
+    from specgen.policy import CostAware
+
+    table = chain_table(50)
+    prompt = [i % 50 for i in range(300)]
+    target, draft = FakeEngine(table, n_ctx=512), FakeEngine(table, n_ctx=512)
+    gen = Generation(target, prompt, DraftModel(draft, 50, 50), draft_max=4, max_tokens=20)
+    rounds = iter(gen)
+    next(rounds)  # the first token: the draft has read the prompt already
+    assert draft.kv_tokens(0) == prompt
+    assert gen.stats.draft_fed == 300 and gen.stats.draft_prefill_s > 0
+    assert len(draft.decodes) == 5  # the prompt in n_batch chunks, nothing else yet
+    list(rounds)
+    plain = Generation(FakeEngine(table, n_ctx=512), prompt, None, max_tokens=20)
+    list(plain)
+    assert gen.tokens == plain.tokens and gen.stats.accepted > 0
+    # a cost policy that expects no pay-back (a costly feed, few tokens) leaves the draft unread
+    draft2 = FakeEngine(table, n_ctx=512)
+    policy = CostAware(4, [0.0] + [0.01 * n for n in range(1, 33)], 0.005, feed_s=1.0)
+    gen2 = Generation(FakeEngine(table, n_ctx=512), prompt, DraftModel(draft2, 50, 50), draft_max=4,
+                      max_tokens=20, policy=policy)
+    next(iter(gen2))
+    assert draft2.kv_tokens(0) == [] and gen2.stats.draft_fed == 0

@@ -178,3 +178,13 @@ def test_cost_estimates_shrug_off_a_busy_machine():
     for _ in range(10):  # a faster machine than profiled: followed quickly
         p.update(0, 2, 2, 0.5 * F32[3], Draft([1, 2], steps=2, step_s=0.016))
     assert p.verify_s[3] < 0.6 * F32[3] and p.draft_step_s < 0.6 * 0.016
+
+
+def test_a_policy_prefills_the_draft_only_where_drafting_can_pay_it_back():
+    p = CostAware(8, F32, F32_STEP, feed_s=0.002)
+    p._acc(0).reached[:] = [200.0] * 8
+    p._acc(0).accepted[:] = [180.0] * 8
+    assert p.prefill_pays(500, 256)  # 1 s of prefill against 256 tokens at ~1.5x
+    assert not p.prefill_pays(5000, 32)  # 10 s of prefill for 32 tokens
+    assert not CostAware(8, CPU, 0.014, feed_s=0.002).prefill_pays(10, 1000)  # a draft that cannot pay
+    assert FixedK().prefill_pays(10**6, 1)  # fixed k always drafts
