@@ -80,12 +80,12 @@ def tune_prediction(target, draft, runs_k8) -> float:
     return max(rates) / rates[0]
 
 
-def llama_spec(tools, target, draft, text, n, k, temp, threads, ctx):
+def llama_spec(tools, target, draft, text, n, k, temp, threads, ctx, seed=1):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(text + "\n")  # llama.cpp's -f drops one trailing newline
     args = [str(Path(tools) / "llama-speculative-simple"), "-m", str(target), "-md", str(draft), "-f", f.name,
             "-n", str(n), "-t", str(threads), "-td", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx),
-            "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--temp", str(temp), "--seed", "1",
+            "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--temp", str(temp), "--seed", str(seed),
             "--ignore-eos"]
     out = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     log = out.stdout + out.stderr
@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--parts", default="pair,long,nopay")
+    ap.add_argument("--temps", default="0,0.8", help="temperatures of the pair part")
     ap.add_argument("--categories", help="comma-separated categories (default: one request of each)")
     ap.add_argument("--fixed", default="1,2,3,4,6,8", help="fixed k values to compare")
     ap.add_argument("--llama-k", default="2,4,8", help="llama.cpp --spec-draft-n-max values")
@@ -132,7 +133,7 @@ def main() -> None:
     report = {}
     with Engine(f32, **kw) as target, Engine(q4, **kw) as draft:
         if "pair" in parts:
-            for temp in (0.0, 0.8):
+            for temp in [float(t) for t in args.temps.split(",")]:
                 rows, k8_runs = {}, []
                 for r in reqs:
                     prompt = target.tokenize(r.prompt)
@@ -142,11 +143,13 @@ def main() -> None:
                         if rep % 2:
                             order.reverse()
                         for name, k, pol in order:
-                            res.setdefault(name, []).append(specgen_run(target, draft, prompt, args.n, k, pol, temp))
+                            res.setdefault(name, []).append(specgen_run(target, draft, prompt, args.n, k, pol, temp,
+                                                                        seed=rep + 1))
                         if args.tools:
                             for k in llama_ks:
                                 res.setdefault(f"llama k={k}", []).append(
-                                    llama_spec(args.tools, f32, q4, r.prompt, args.n, k, temp, args.threads, args.ctx))
+                                    llama_spec(args.tools, f32, q4, r.prompt, args.n, k, temp, args.threads, args.ctx,
+                                               seed=rep + 1))
                     k8_runs.extend(res.get(f"k={max(FIXED)}", []))
                     rows[r.category] = {name: {"tps": median([x["tps"] for x in v]),
                                                "acc": median([x["acc"] for x in v if x["acc"] is not None]),
@@ -179,7 +182,8 @@ def main() -> None:
             for r in opens:
                 prompt = target.tokenize(r.prompt)
                 for name, k, pol in [("plain", 0, "fixed"), ("default", 8, "cost")]:
-                    res.setdefault(name, []).append(specgen_run(target, draft, prompt, args.n, k, pol, 0.0)["tps"])
+                    for rep in range(args.repeats):
+                        res.setdefault(name, []).append(specgen_run(target, draft, prompt, args.n, k, pol, 0.0)["tps"])
             report["nopay"] = {name: median(v) for name, v in res.items()}
             print(json.dumps(report["nopay"]), flush=True)
     summarize(report)

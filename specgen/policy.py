@@ -79,16 +79,19 @@ def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_ste
     )
 
 
-def _follow(estimate: float, seen: float) -> float:
-    """Move a cost estimate toward a new observation: quickly down, slowly up.
-    Other processes only ever add time, so a fast pass is evidence of the true
-    cost and a slow one mostly of the machine being busy (a step that took 10x
-    moves the estimate by a few percent, not by 90)."""
+def _follow(estimate: float, seen: float, ceiling: float) -> float:
+    """Move a cost estimate toward a new observation: quickly down, slowly up,
+    never above its profile (`ceiling`). Other processes only ever add time,
+    and they slow every pass alike; but only the passes in use are observed
+    (the target's alone while drafting is off), so estimates allowed to climb
+    with the load would drift apart and skew every comparison. A faster pass
+    is evidence of the true cost; a slower one is only let back up to the
+    profile, which a quiet machine measured (`costs` retakes inflated ones)."""
     if estimate <= 0:
         return seen
     if seen < estimate:
         return estimate + 0.2 * (seen - estimate)
-    return estimate + 0.05 * (min(seen, 2 * estimate) - estimate)
+    return min(estimate + 0.05 * (seen - estimate), max(ceiling, estimate))
 
 
 class Policy:
@@ -223,6 +226,7 @@ class CostAware(Policy):
         self.verify_s = list(verify_s)  # verify_s[n]: a target pass with n logit rows (index 0 unused)
         self.draft_step_s = draft_step_s
         self.feed_s = feed_s  # seconds per token of a bulk catch-up of the draft's cache
+        self._profile = (list(verify_s), draft_step_s, feed_s)  # the measured costs: ceilings of the estimates
         self.prior = prior
         self.decay = decay
         self.idle_decay = idle_decay
@@ -272,12 +276,12 @@ class CostAware(Policy):
             self._acc(key).add(k, accepted, self.decay)
         if draft is not None:
             if draft.steps and draft.step_s > 0:
-                self.draft_step_s = _follow(self.draft_step_s, draft.step_s / draft.steps)
+                self.draft_step_s = _follow(self.draft_step_s, draft.step_s / draft.steps, self._profile[1])
             if draft.fed and draft.fed_s > 0:
-                self.feed_s = _follow(self.feed_s, draft.fed_s / draft.fed)
+                self.feed_s = _follow(self.feed_s, draft.fed_s / draft.fed, self._profile[2])
         rows = k + 1
         if verify_s and rows < len(self.verify_s):
-            self.verify_s[rows] = _follow(self.verify_s[rows], verify_s)
+            self.verify_s[rows] = _follow(self.verify_s[rows], verify_s, self._profile[0][rows])
 
     def expected_tokens(self, key: int, k: int) -> float:
         return expected_tokens(self._acc(key).rates(k))

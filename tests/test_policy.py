@@ -164,10 +164,10 @@ def test_catch_up_is_part_of_a_probes_cost():
 
 
 def test_draft_steps_and_bulk_feeds_are_learned_apart():
-    p = CostAware(8, F32, 0.016, feed_s=0.001)
-    p.update(0, 3, 2, None, Draft([1, 2, 3], steps=2, step_s=0.040, fed=2000, fed_s=3.0))
-    assert p.draft_step_s == pytest.approx(0.016 + 0.05 * (0.020 - 0.016))  # the prefill is not a step
-    assert p.feed_s == pytest.approx(0.001 + 0.05 * (0.0015 - 0.001))
+    p = CostAware(8, F32, 0.016, feed_s=0.002)
+    p.update(0, 3, 2, None, Draft([1, 2, 3], steps=2, step_s=0.024, fed=2000, fed_s=3.0))
+    assert p.draft_step_s == pytest.approx(0.016 + 0.2 * (0.012 - 0.016))  # the prefill is not a step
+    assert p.feed_s == pytest.approx(0.002 + 0.2 * (0.0015 - 0.002))
 
 
 def test_cost_estimates_shrug_off_a_busy_machine():
@@ -188,3 +188,22 @@ def test_a_policy_prefills_the_draft_only_where_drafting_can_pay_it_back():
     assert not p.prefill_pays(5000, 32)  # 10 s of prefill for 32 tokens
     assert not CostAware(8, CPU, 0.014, feed_s=0.002).prefill_pays(10, 1000)  # a draft that cannot pay
     assert FixedK().prefill_pays(10**6, 1)  # fixed k always drafts
+
+
+def test_a_busy_machine_does_not_tilt_the_choice_toward_drafting():
+    """While drafting is off only the target's passes are observed. If their
+    estimates climbed with the machine's load, a draft step still at its profile
+    would look ever cheaper, and a draft that cannot pay would be taken up."""
+    q4km = [0.0, 0.020, 0.0269, 0.0313, 0.0331, 0.0424] + [0.0424 + 0.005 * n for n in range(1, 28)]
+    p = CostAware(8, q4km, draft_step_s=0.0152, feed_s=0.0017)  # measured: cannot pay at α = 0.75
+    rng = np.random.default_rng(0)
+    ks = []
+    for _ in range(300):
+        k = p.choose(0, 8, Situation(lag=2, remaining=1000))
+        acc = 0
+        while acc < k and rng.random() < 0.75:
+            acc += 1
+        p.update(0, k, acc, 2.5 * q4km[k + 1], Draft([0] * k, steps=k, step_s=k * 2.5 * 0.0152) if k else None)
+        ks.append(k)
+    assert sum(k > 0 for k in ks[50:]) <= 0.05 * 250
+    assert p.verify_s[1] <= q4km[1]  # estimates never climb past their profile
