@@ -266,7 +266,10 @@ class CostAware(Policy):
         return lag * self.feed_s + left / rate_k < left / rate_0
 
     def prefill_pays(self, lag: int, remaining: int, key: int = 0) -> bool:
-        rates = self.rates(self._acc(key).rates(self.k_max))
+        """Decided once, so optimistically: acceptance one posterior standard
+        deviation above its estimate (the draws of `choose` reach that often;
+        a draft left unread would be caught up a few rounds later anyway)."""
+        rates = self.rates(self._acc(key).rates(self.k_max, z=1.0))
         k = max(range(len(rates)), key=rates.__getitem__)
         return k > 0 and self._catch_up_pays(lag, remaining, rates[k], rates[0])
 
