@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROW_POINTS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 
 
@@ -104,6 +106,28 @@ def _inflated(engine, f: Path, prof: dict) -> bool:
 
 
 INFLATED = 0.75  # a pass this much faster than its profile retakes the profile
+
+
+_picks: dict[tuple, float] = {}
+
+
+def pick_cost(n_vocab: int, params) -> float:
+    """Host seconds to turn one row of logits into a sampled token (the sampling
+    transform, then a draw), measured once per process per vocabulary and
+    settings, on made-up logits (the least disturbed of 5)."""
+    from specgen.sampling import probs, sample
+
+    key = (n_vocab, params.temperature, params.top_k, params.top_p, params.min_p)
+    if key not in _picks:
+        rng = np.random.default_rng(0)
+        row = (rng.standard_normal(n_vocab) * 3).astype(np.float32)
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            sample(probs(row, params), rng)
+            times.append(time.perf_counter() - t)
+        _picks[key] = min(times)
+    return _picks[key]
 
 
 def cost_profile(engine, *, cache: Path | None = None, refresh: bool = False) -> dict:

@@ -198,6 +198,10 @@ class Generation:
         self.ignore_eos = ignore_eos
         self.seq = seq
         self.policy = policy or FixedK()
+        if self.drafter is not None and not params.greedy:
+            from specgen.costs import pick_cost
+
+            self.policy.sampling(pick_cost(target.n_vocab, params), draft_picks=not self.drafter.free)
         self.tokens: list[int] = []
         self.stats = Stats(prompt_tokens=len(prompt))
         self.rng = np.random.default_rng(params.seed)

@@ -67,15 +67,18 @@ ALONE = Situation()
 
 
 def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_step_s: float,
-              situation: Situation = ALONE) -> float:
+              situation: Situation = ALONE, pick_s: float = 0.0) -> float:
     """Expected tokens per second of a step in which this sequence verifies k drafts:
-    (others' tokens + E[tokens | k]) / (verify(others' rows + k + 1) + k · draft step).
-    Alone, this is Leviathan's speedup model with a measured verify curve; in a
-    shared step, extra rows buy fewer tokens than they cost everyone once the
-    machine saturates."""
+    (others' tokens + E) / (verify(others' rows + k + 1) + k · draft step + E · pick),
+    E = E[tokens | k]. Alone, this is Leviathan's speedup model with a measured
+    verify curve; in a shared step, extra rows buy fewer tokens than they cost
+    everyone once the machine saturates. `pick_s`: the host's work to turn one
+    row of logits into a sampled token (sampling only); the acceptance rule
+    reads about E of the target's rows."""
     s = situation
-    return (s.others_tokens + expected_tokens(alphas[:k])) / (
-        verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s
+    e = expected_tokens(alphas[:k])
+    return (s.others_tokens + e) / (
+        verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s + e * pick_s
     )
 
 
@@ -101,6 +104,7 @@ class Policy:
 
     def __init__(self) -> None:
         self._drafted = self._accepted = 0
+        self.pick_s, self.draft_picks = 0.0, False
 
     def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
         raise NotImplementedError
@@ -116,6 +120,12 @@ class Policy:
         """Should a draft model read `lag` tokens of prompt now, to draft over the
         `remaining` tokens? A policy without a cost model always drafts."""
         return True
+
+    def sampling(self, pick_s: float, draft_picks: bool) -> None:
+        """The generation samples: picking a token from one row of logits costs
+        `pick_s` seconds of host time, for the target's rows and, with
+        `draft_picks`, for each drafted token (a cost model counts it)."""
+        self.pick_s, self.draft_picks = pick_s, draft_picks
 
     def expected_tokens(self, key: int, k: int) -> float:
         """Tokens a round of k drafts is expected to emit (for planning a shared step)."""
@@ -242,7 +252,8 @@ class CostAware(Policy):
 
     def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
         """Expected tokens per second for k = 0 … len(alphas)."""
-        return [step_rate(alphas, k, self.verify_s, self.draft_step_s, situation) for k in range(len(alphas) + 1)]
+        step = self.draft_step_s + (self.pick_s if self.draft_picks else 0.0)
+        return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s) for k in range(len(alphas) + 1)]
 
     def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
         limit = min(limit, self.k_max)

@@ -207,3 +207,18 @@ def test_a_busy_machine_does_not_tilt_the_choice_toward_drafting():
         ks.append(k)
     assert sum(k > 0 for k in ks[50:]) <= 0.05 * 250
     assert p.verify_s[1] <= q4km[1]  # estimates never climb past their profile
+
+
+def test_sampling_work_on_the_host_counts_as_cost():
+    """A sampled pick over a 262k vocabulary costs milliseconds: a draft that pays
+    greedily (cheap rows, picks free) can stop paying once every drafted token
+    and every verified row costs a pick."""
+    p = CostAware(8, F32, F32_STEP)
+    p._acc(0).reached[:] = [500.0] * 8
+    p._acc(0).accepted[:] = [300.0] * 8  # α = 0.6: a sampled pair's acceptance
+    p.rng = np.random.default_rng(0)
+    assert p.choose(0, 8) > 0
+    p.sampling(0.010, draft_picks=True)
+    assert p.choose(0, 8) == 0
+    p.sampling(0.010, draft_picks=False)  # prompt lookup: drafts are not sampled, only the target's rows cost
+    assert p.choose(0, 8) > 0
