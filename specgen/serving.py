@@ -352,7 +352,7 @@ class Server:
         finished = [a for a in generating if a.planned is None]  # plan() said done (context full)
         for (a, kind), rows in zip(owners, views):
             if kind == "verify":
-                a.gen.settle(rows, shared=True)
+                a.gen.settle(rows, shared=len(owners) > 1)  # a pass of its own times its verify cost
                 if a.gen.done:
                     finished.append(a)
                 continue
