@@ -53,7 +53,7 @@ from specgen.bench import load_requests  # noqa: E402
 
 LLAMA_TYPES = ("none", "ngram-mod", "ngram-map-k")
 WARMUP_PROMPT = "Warm-up: list three colours of the rainbow, one per line.\n"
-START_TIMEOUT_S = 180
+START_TIMEOUT_S = 300
 REQUEST_TIMEOUT_S = 300
 
 
@@ -290,7 +290,9 @@ def main() -> None:
                                       logdir / f"llama-{t}.log", port))
     import httpx
 
-    with ExitStack() as stack, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+    # no keep-alive: a pooled connection the server closed while idle fails the next request
+    limits = httpx.Limits(max_keepalive_connections=0)
+    with ExitStack() as stack, httpx.Client(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
         for s in servers:
             stack.callback(s.stop)
             s.start()
