@@ -75,6 +75,14 @@ async def measure(url: str, n: int, tokens: int, streams: int) -> dict:
     out: dict = {}
     async with bench.client() as client:
         await bench.prepare(client)
+        # 0. the floor: httpx streaming the same requests, read and thrown away, nothing parsed
+        body = {"prompt": "x", "max_tokens": tokens, "stream": True}
+        c0 = time.process_time()
+        for _ in reqs:
+            async with client.stream("POST", url + "/v1/completions", json=body) as r:
+                async for _ in r.aiter_raw():
+                    pass
+        out["httpx_floor_cpu_per_request_ms"] = 1000 * (time.process_time() - c0) / n
         # 1. one at a time
         results, c0, w0 = [], time.process_time(), time.perf_counter()
         for r in reqs:
@@ -127,6 +135,7 @@ def main() -> None:
     res["stub_delay_ms"] = a.delay_ms
     print(json.dumps(res, indent=1))
     s, c = res["sequential"], res["concurrent"]
+    print(f"httpx alone (no parsing): {res['httpx_floor_cpu_per_request_ms']:.2f} ms CPU a request", file=sys.stderr)
     print(f"client CPU {s['client_cpu_per_request_ms']:.2f} ms a request = {100 * s['client_cpu_share_of_e2e']:.2f}% of "
           f"its e2e ({s['median_e2e_ms']:.0f} ms); wall added beyond the server's own time {s['median_wall_added_beyond_server_ms']:.2f} ms",
           file=sys.stderr)

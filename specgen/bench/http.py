@@ -295,10 +295,13 @@ async def _read_stream(client, ep: Endpoint, path: str, body: dict, out: dict, t
         async for line in r.aiter_lines():
             if not line.startswith("data:"):
                 continue  # blank separators, comments (": ping"), event: lines
+            if done:
+                continue  # read on to the end of the response: the connection is then kept for the next request
             data = line[5:].strip()
             if data == "[DONE]":
                 done = True
-                break
+                out["total_s"] = clock() - t0
+                continue
             now = clock()
             try:
                 obj = json.loads(data)
@@ -323,7 +326,6 @@ async def _read_stream(client, ep: Endpoint, path: str, body: dict, out: dict, t
             for key in ("usage", "speculative", "timings"):
                 if isinstance(obj.get(key), dict):
                     out[key] = obj[key]
-        out["total_s"] = clock() - t0
         out["text"] = "".join(texts)
         if not done:
             raise _Failure("the stream ended without data: [DONE]" + (" (and no text)" if not texts else ""))

@@ -334,8 +334,9 @@ def _request_latencies(runs: Sequence[dict]) -> dict:
     out: dict = {}
     for r in runs:
         for x in r["requests"]:
-            if x.get("error") is None:
-                out.setdefault(x.get("n", x["id"]), []).append(x["latency_s"])
+            key = x.get("n", x.get("id"))
+            if x.get("error") is None and key is not None:
+                out.setdefault(key, []).append(x["latency_s"])
     return out
 
 
