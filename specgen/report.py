@@ -26,7 +26,7 @@ from pathlib import Path
 from statistics import median
 from typing import Sequence
 
-from specgen.bench import NOISE_BAND, summarize, summarize_sweep
+from specgen.bench import NOISE_BAND, latency_summary, summarize, summarize_sweep
 from specgen.errors import SpecgenError, read_text_file
 
 PLAIN_COLOR = "#8c8c8c"
@@ -84,7 +84,8 @@ def _record(path: Path, n: int, line: str) -> dict:
         return obj
     if kind == "request":
         _require(obj, _REQUEST_KEYS, where)
-        for run in _list(obj["runs"], "runs", where):
+        runs = obj["runs"] if obj.get("failed") and obj["runs"] == [] else _list(obj["runs"], "runs", where)
+        for run in runs:  # (no runs: every request of an HTTP bench failed; its failures are counted)
             _require(run, _RUN_KEYS, where + " (in runs)")
         return obj
     if kind == "serve":
@@ -109,11 +110,16 @@ def _require(obj, keys: Sequence[str], where: str) -> None:
         raise SpecgenError(f"{where} (no {', '.join(missing)})")
 
 
+def baseline_name(meta: dict) -> str:
+    """What the others are compared with: plain decoding in process, the baseline endpoint over HTTP."""
+    return str(meta.get("baseline", "plain"))
+
+
 def config_names(meta: dict, records: Sequence[dict]) -> list[str]:
     """Configurations in the bench's order: the meta line's, then any others the records hold."""
     names = [n for n in meta.get("configs", []) if isinstance(n, str)]
     found = [x["config"] for r in records for x in r.get("runs", [])] + [r["config"] for r in records if "config" in r]
-    for n in ["plain", *found]:
+    for n in [baseline_name(meta), *found]:
         if n not in names:
             names.append(n)
     return names
@@ -128,17 +134,28 @@ def build_report(meta: dict, records: Sequence[dict]) -> str:
         raise SpecgenError("no bench records to report")
     go = _plotly()
     names = config_names(meta, records)
-    specs = [n for n in names if n != "plain"]
+    base = baseline_name(meta)
+    specs = [n for n in names if n != base]
     colors = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(specs)}
     if records[0]["type"] == "serve":
-        summary = summarize_sweep(records, names)
-        charts = _sweep_charts(go, summary, specs, colors)
-        tables = [_sweep_table(summary, names), _crossover_list(summary, specs)]
-        kind = f"concurrency sweep · levels {', '.join(map(str, summary['levels']))}"
+        charts, tables, kinds = [], [], []
+        for load in ("concurrency", "rate"):
+            if not any(r.get("load", "concurrency") == load for r in records):
+                continue
+            summary = summarize_sweep(records, names, base, load)
+            charts += _sweep_charts(go, summary, specs, colors)
+            tables += [_sweep_table(summary, names), _crossover_list(summary, specs)]
+            unit = "/s" if load == "rate" else ""
+            kinds.append(f"{'Poisson arrivals' if load == 'rate' else 'concurrency sweep'} · levels "
+                         f"{', '.join(f'{lv}{unit}' for lv in summary['levels'])}")
+        kind = " · ".join(kinds)
     else:
-        summary = summarize(records, names)
-        charts = _sequential_charts(go, records, summary, specs, colors)
-        tables = [_summary_table(summary, n) for n in specs] + [_request_table(records, specs)]
+        summary = summarize(records, names, base)
+        timed = [r for r in records if r["runs"]]
+        charts = _sequential_charts(go, timed, summary, specs, colors, base)
+        tables = [_summary_table(summary, n, base) for n in specs] + [_request_table(timed, specs, base)]
+        if meta.get("mode") == "http":
+            tables.insert(len(specs), _latency_table(latency_summary(records, names), names))
         kind = f"{len(records)} requests"
     return _page(meta, kind, charts, tables)
 
@@ -181,12 +198,12 @@ def _plotly():
 # =============================================================== sequential charts
 
 
-def _sequential_charts(go, records, summary, specs, colors) -> list[tuple[str, str, object]]:
+def _sequential_charts(go, records, summary, specs, colors, base: str = "plain") -> list[tuple[str, str, object]]:
     charts = []
     for name in specs:
-        charts.append((f"latency-{_slug(name)}", f"Per-request latency: plain vs {name}", _dumbbell(go, records, name, colors[name])))
+        charts.append((f"latency-{_slug(name)}", f"Per-request latency: {base} vs {name}", _dumbbell(go, records, name, colors[name], base)))
     for name in specs:
-        charts.append((f"speedup-{_slug(name)}", f"Speedup by category: {name}", _speedup_by_category(go, records, summary[name], name, colors[name])))
+        charts.append((f"speedup-{_slug(name)}", f"Speedup by category: {name}", _speedup_by_category(go, records, summary[name], name, colors[name], base)))
     charts.append(("acceptance", "Acceptance by draft position", _acceptance_by_position(go, records, specs, colors)))
     runs = {n: [x for r in records for x in r["runs"] if x["config"] == n] for n in specs}
     charts.append(("k-chosen", "Draft length chosen per round", _k_histogram(go, {n: _k_counts(runs[n]) for n in specs}, colors)))
@@ -198,24 +215,24 @@ def _median_ms(record: dict, name: str) -> float | None:
     return 1000 * median(lat) if lat else None
 
 
-def _dumbbell(go, records, name: str, color: str):
-    """One row per request, plain and speculative latency joined; sorted by speedup (fastest on top)."""
-    rows = [(r, r["speedup"][name]) for r in records if name in r["speedup"] and _median_ms(r, "plain") is not None]
+def _dumbbell(go, records, name: str, color: str, base: str = "plain"):
+    """One row per request, plain (baseline) and speculative latency joined; sorted by speedup (fastest on top)."""
+    rows = [(r, r["speedup"][name]) for r in records if name in r["speedup"] and _median_ms(r, base) is not None]
     rows.sort(key=lambda rs: rs[1])
     fig = go.Figure()
     for label, keep, line in (("faster", lambda s: s >= 1, FASTER), ("slower", lambda s: s < 1, SLOWER)):
         xs, ys = [], []
         for r, s in rows:
             if keep(s):
-                xs += [_median_ms(r, "plain"), _median_ms(r, name), None]
+                xs += [_median_ms(r, base), _median_ms(r, name), None]
                 ys += [r["id"], r["id"], None]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": line, "width": 3}, name=label, hoverinfo="skip"))
     hover = [
-        f"{r['id']} ({r['category']})<br>plain {_median_ms(r, 'plain'):.0f} ms → {_median_ms(r, name):.0f} ms<br>speedup {s:.2f}×"
+        f"{r['id']} ({r['category']})<br>{base} {_median_ms(r, base):.0f} ms → {_median_ms(r, name):.0f} ms<br>speedup {s:.2f}×"
         for r, s in rows
     ]
     ids = [r["id"] for r, _ in rows]
-    fig.add_trace(go.Scatter(x=[_median_ms(r, "plain") for r, _ in rows], y=ids, mode="markers", name="plain",
+    fig.add_trace(go.Scatter(x=[_median_ms(r, base) for r, _ in rows], y=ids, mode="markers", name=base,
                              marker={"color": PLAIN_COLOR, "size": 9}, text=hover, hoverinfo="text"))
     fig.add_trace(go.Scatter(x=[_median_ms(r, name) for r, _ in rows], y=ids, mode="markers", name=name,
                              marker={"color": color, "size": 9, "symbol": "diamond"}, text=hover, hoverinfo="text"))
@@ -225,7 +242,7 @@ def _dumbbell(go, records, name: str, color: str):
     return fig
 
 
-def _speedup_by_category(go, records, summary: dict, name: str, color: str):
+def _speedup_by_category(go, records, summary: dict, name: str, color: str, base: str = "plain"):
     """Every request's speedup per category, and the median with its bootstrap 95% interval."""
     groups = [(c, g, [r for r in records if r["category"] == c]) for c, g in summary["categories"].items()]
     groups.append(("overall", summary["overall"], list(records)))
@@ -254,9 +271,9 @@ def _speedup_by_category(go, records, summary: dict, name: str, color: str):
     ))
     fig.add_hline(y=1.0, line={"color": PLAIN_COLOR, "dash": "dash"})
     # On a log axis an annotation's y is log10 of the value: 0 is 1×.
-    fig.add_annotation(x=0, xref="paper", xanchor="left", y=0, yanchor="bottom", text="as fast as plain", showarrow=False,
+    fig.add_annotation(x=0, xref="paper", xanchor="left", y=0, yanchor="bottom", text=f"as fast as {base}", showarrow=False,
                        font={"color": PLAIN_COLOR})
-    fig.update_layout(height=380, yaxis_title="speedup (plain ÷ speculative latency)", boxmode="overlay")
+    fig.update_layout(height=380, yaxis_title=f"speedup ({base} ÷ {name} latency)", boxmode="overlay")
     fig.update_yaxes(type="log")
     return fig
 
@@ -324,31 +341,42 @@ def _k_histogram(go, counts: dict[str, dict[int, int]], colors: dict[str, str], 
 
 
 def _sweep_charts(go, summary, specs, colors) -> list[tuple[str, str, object]]:
-    levels = summary["levels"]
+    levels, what, pre = summary["levels"], _what(summary), "rate-" if summary.get("load") == "rate" else ""
+    base = summary.get("baseline", "plain")
     charts = [
-        ("latency-throughput", "p50 latency against total throughput (one point per concurrency level)",
+        (f"{pre}latency-throughput", f"p50 latency against total throughput (one point per {what} level)",
          _latency_throughput(go, summary, specs, colors)),
-        ("crossover", "Speculative ÷ plain, per concurrency level", _ratios(go, summary, specs, colors)),
+        (f"{pre}crossover", f"{'Speculative' if base == 'plain' else 'Each endpoint'} ÷ {base}, per {what} level",
+         _ratios(go, summary, specs, colors)),
     ]
-    level_colors = {f"c={lv}": PALETTE[i % len(PALETTE)] for i, lv in enumerate(levels)}
+    level_colors = {_lv(summary, lv): PALETTE[i % len(PALETTE)] for i, lv in enumerate(levels)}
     for name in specs:
-        counts = {f"c={lv}": {int(k): n for k, n in summary["per_level"][str(lv)][name]["k_hist"].items()}
+        counts = {_lv(summary, lv): {int(k): n for k, n in summary["per_level"][str(lv)][name].get("k_hist", {}).items()}
                   for lv in levels if name in summary["per_level"][str(lv)]}
-        charts.append((f"k-chosen-{_slug(name)}", f"Draft length chosen per round: {name}", _k_histogram(go, counts, level_colors)))
+        if any(counts.values()):
+            charts.append((f"{pre}k-chosen-{_slug(name)}", f"Draft length chosen per round: {name}", _k_histogram(go, counts, level_colors)))
     return charts
+
+
+def _lv(summary: dict, level) -> str:
+    return f"{level}/s" if summary.get("load") == "rate" else f"c={level}"
+
+
+def _what(summary: dict) -> str:
+    return "arrival rate" if summary.get("load") == "rate" else "concurrency"
 
 
 def _latency_throughput(go, summary, specs, colors):
     fig = go.Figure()
-    for name in ["plain", *specs]:
+    for name in [summary.get("baseline", "plain"), *specs]:
         pts = [(lv, summary["per_level"][str(lv)].get(name)) for lv in summary["levels"]]
-        pts = [(lv, s) for lv, s in pts if s]
+        pts = [(lv, s) for lv, s in pts if s and s.get("served", 1)]
         color = colors.get(name, PLAIN_COLOR)
         fig.add_trace(go.Scatter(
             x=[s["throughput_tokens_per_s"] for _, s in pts], y=[1000 * s["p50_latency_s"] for _, s in pts],
-            mode="lines+markers+text", name=name, text=[f"c={lv}" for lv, _ in pts], textposition="top center",
+            mode="lines+markers+text", name=name, text=[_lv(summary, lv) for lv, _ in pts], textposition="top center",
             marker={"color": color, "size": 9}, line={"color": color},
-            hovertext=[f"{name} at c={lv}: {s['throughput_tokens_per_s']:.1f} tok/s, p50 {1000 * s['p50_latency_s']:.0f} ms, "
+            hovertext=[f"{name} at {_lv(summary, lv)}: {s['throughput_tokens_per_s']:.1f} tok/s, p50 {1000 * s['p50_latency_s']:.0f} ms, "
                        f"p95 {1000 * s['p95_latency_s']:.0f} ms" for lv, s in pts],
             hoverinfo="text",
         ))
@@ -358,11 +386,11 @@ def _latency_throughput(go, summary, specs, colors):
             s = summary["per_level"][str(stop)][name]
             fig.add_trace(go.Scatter(
                 x=[s["throughput_tokens_per_s"]], y=[1000 * s["p50_latency_s"]], mode="markers",
-                name=f"{name}: crossover (c={stop})", marker={"color": "rgba(0,0,0,0)", "size": 22, "symbol": "circle",
+                name=f"{name}: crossover ({_lv(summary, stop)})", marker={"color": "rgba(0,0,0,0)", "size": 22, "symbol": "circle",
                                                              "line": {"color": "black", "width": 2}},
-                hovertext=f"{name} stops cutting p50 latency at concurrency {stop}", hoverinfo="text",
+                hovertext=f"{name} stops cutting p50 latency at {_what(summary)} {stop}", hoverinfo="text",
             ))
-            fig.add_annotation(x=s["throughput_tokens_per_s"], y=1000 * s["p50_latency_s"], text=f"crossover c={stop}",
+            fig.add_annotation(x=s["throughput_tokens_per_s"], y=1000 * s["p50_latency_s"], text=f"crossover {_lv(summary, stop)}",
                                showarrow=True, arrowhead=2, ax=50, ay=40, bgcolor="rgba(255,255,255,0.85)")
     fig.update_layout(height=440, xaxis_title="total throughput, tokens/s (higher is better)",
                       yaxis_title="p50 latency, ms (lower is better)")
@@ -374,11 +402,11 @@ def _ratios(go, summary, specs, colors):
     for name in specs:
         x = summary["crossover"][name]
         for key, label, dash in (("latency_speedup", "p50 latency speedup", "solid"), ("throughput_ratio", "throughput ratio", "dot")):
-            pts = [(int(lv), v) for lv, v in x[key].items() if v is not None]
+            pts = [(float(lv), v) for lv, v in x[key].items() if v is not None]
             fig.add_trace(go.Scatter(
                 x=[lv for lv, _ in pts], y=[v for _, v in pts], mode="lines+markers", name=f"{name}: {label}",
                 line={"color": colors[name], "dash": dash}, marker={"color": colors[name]},
-                hovertext=[f"{name} at c={lv}: {label} {v:.2f}×" for lv, v in pts], hoverinfo="text",
+                hovertext=[f"{name} at {_lv(summary, f'{lv:g}')}: {label} {v:.2f}×" for lv, v in pts], hoverinfo="text",
             ))
         stop = x["stops_cutting_latency_at"]
         if stop is not None and x["cuts_latency_at"]:
@@ -386,12 +414,13 @@ def _ratios(go, summary, specs, colors):
             values = [v for key in ("latency_speedup", "throughput_ratio") for v in x[key].values() if v is not None]
             fig.add_trace(go.Scatter(
                 x=[stop, stop], y=[min(values + [1 - NOISE_BAND]), max(values + [1 + NOISE_BAND])], mode="lines",
-                name=f"{name}: crossover at c={stop}", line={"color": colors[name], "dash": "dash", "width": 1},
-                hovertext=f"{name} stops cutting p50 latency at concurrency {stop}", hoverinfo="text",
+                name=f"{name}: crossover at {_lv(summary, stop)}", line={"color": colors[name], "dash": "dash", "width": 1},
+                hovertext=f"{name} stops cutting p50 latency at {_what(summary)} {stop}", hoverinfo="text",
             ))
     fig.add_hrect(y0=1 - NOISE_BAND, y1=1 + NOISE_BAND, fillcolor=PLAIN_COLOR, opacity=0.15, line_width=0,
                   annotation_text=f"±{100 * NOISE_BAND:.0f}%: no change", annotation_position="bottom left")
-    fig.update_layout(height=400, xaxis_title="concurrency (requests served at once)", yaxis_title="speculative ÷ plain (> 1 is better)")
+    axis = "Poisson arrivals per second" if summary.get("load") == "rate" else "concurrency (requests served at once)"
+    fig.update_layout(height=400, xaxis_title=axis, yaxis_title=f"÷ {summary.get('baseline', 'plain')} (> 1 is better)")
     fig.update_xaxes(type="log", tickvals=summary["levels"], ticktext=[str(lv) for lv in summary["levels"]])
     return fig
 
@@ -432,7 +461,7 @@ def _table(caption: str, head: Sequence[str], rows: Sequence[Sequence], cls: str
     return f'<table class="{cls}"><caption>{_e(caption)}</caption><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _summary_table(summary: dict, name: str) -> str:
+def _summary_table(summary: dict, name: str, base: str = "plain") -> str:
     s = summary[name]
     rows = []
     for cat, g in [*s["categories"].items(), ("overall", s["overall"])]:
@@ -443,20 +472,20 @@ def _summary_table(summary: dict, name: str) -> str:
             cat, str(g["requests"]),
             (_x(g["median_speedup"]), f"{g['median_ci95'][0]:.2f}–{g['median_ci95'][1]:.2f}"),
             (_x(g["geomean_speedup"]), f"{g['geomean_ci95'][0]:.2f}–{g['geomean_ci95'][1]:.2f}"),
-            _pct(g["slower_share"]), (_num(tp["spec_tokens_per_s"]), f"plain {_num(tp['plain_tokens_per_s'])}"),
+            _pct(g["slower_share"]), (_num(tp["spec_tokens_per_s"]), f"{base} {_num(tp['plain_tokens_per_s'])}"),
             _pct(g["acceptance_rate"]), _num(g["mean_accepted_len"], "{:.2f}"), _x(g["decode_speedup"]),
             _x(g["prediction"]["speedup"]) if g["prediction"] else "-",
         ])
     head = ("category", "n", "median speedup, 95% CI", "geomean, 95% CI", "slower", "tok/s",
             "accept", "len", "decode speedup", "predicted")
-    return _table(f"plain vs {name}", head, rows, "summary")
+    return _table(f"{base} vs {name}", head, rows, "summary")
 
 
-def _request_table(records, specs) -> str:
-    head = ["id", "category", "plain ms"] + [h for n in specs for h in (f"{n} ms", "speedup")]
+def _request_table(records, specs, base: str = "plain") -> str:
+    head = ["id", "category", f"{base} ms"] + [h for n in specs for h in (f"{n} ms", "speedup")]
     rows = []
     for r in records:
-        row = [r["id"], r["category"], _num(_median_ms(r, "plain"), "{:.0f}")]
+        row = [r["id"], r["category"], _num(_median_ms(r, base), "{:.0f}")]
         for n in specs:
             row += [_num(_median_ms(r, n), "{:.0f}"), _x(r["speedup"].get(n))]
         rows.append(row)
@@ -464,24 +493,37 @@ def _request_table(records, specs) -> str:
 
 
 def _sweep_table(summary: dict, names: Sequence[str]) -> str:
-    head = ("conc", "config", "tok/s total", "p50 ms", "p95 ms", "p50 ttft ms", "accept", "mean k", "same as plain")
+    base = summary.get("baseline", "plain")
+    http = any("p50_tpot_s" in s and s.get("p50_tpot_s") is not None for r in summary["per_level"].values() for s in r.values())
+    head = ["rate" if summary.get("load") == "rate" else "conc", "config", "tok/s total", "p50 ms", "p95 ms", "p50 ttft ms"] + (["p50 tpot ms", "failed"] if http else []) + [
+        "accept", "mean k", f"same as {base}"]
     rows = []
     for lv in summary["levels"]:
         for n in names:
             s = summary["per_level"][str(lv)].get(n)
             if s is None:
                 continue
+            if not s.get("served", 1):
+                rows.append([_cell_lv(summary, lv), n] + ["-"] * (len(head) - 2))
+                continue
             m = s["matches_plain"]
             rows.append([
-                str(lv), n, f"{s['throughput_tokens_per_s']:.1f}", f"{1000 * s['p50_latency_s']:.0f}",
-                f"{1000 * s['p95_latency_s']:.0f}", f"{1000 * s['p50_ttft_s']:.0f}", _pct(s["acceptance_rate"]),
-                _num(s["mean_k"], "{:.2f}"), "-" if not m["compared"] else f"{m['equal']}/{m['compared']}",
+                _cell_lv(summary, lv), n, f"{s['throughput_tokens_per_s']:.1f}", f"{1000 * s['p50_latency_s']:.0f}",
+                f"{1000 * s['p95_latency_s']:.0f}", f"{1000 * s['p50_ttft_s']:.0f}",
+                *([_num(s["p50_tpot_s"] and 1000 * s["p50_tpot_s"]), str(s.get("failed", 0))] if http else []),
+                _pct(s["acceptance_rate"]), _num(s["mean_k"], "{:.2f}"),
+                "-" if not m["compared"] else f"{m['equal']}/{m['compared']}",
             ])
-    return _table("served at once, per concurrency level", head, rows, "summary sweep")
+    return _table(f"per {_what(summary)} level", head, rows, "summary sweep")
+
+
+def _cell_lv(summary: dict, level) -> str:
+    return f"{level}/s" if summary.get("load") == "rate" else str(level)
 
 
 def _crossover_list(summary: dict, specs: Sequence[str]) -> str:
     items = []
+    what = _what(summary)
     for n in specs:
         x = summary["crossover"].get(n)
         if x is None:
@@ -491,12 +533,22 @@ def _crossover_list(summary: dict, specs: Sequence[str]) -> str:
         elif x["stops_cutting_latency_at"] is None:
             verdict = "cut p50 latency at every level"
         else:
-            verdict = f"stops cutting p50 latency at concurrency {x['stops_cutting_latency_at']}"
+            verdict = f"stops cutting p50 latency at {what} {x['stops_cutting_latency_at']}"
         cost = x["costs_throughput_from"]
-        verdict += "; never cost total throughput" if cost is None else f"; costs total throughput from concurrency {cost}"
+        verdict += "; never cost total throughput" if cost is None else f"; costs total throughput from {what} {cost}"
         items.append(f"<li><b>{_e(n)}</b>: {_e(verdict)}</li>")
-    note = f"Within ±{100 * NOISE_BAND:.0f}% of plain counts as no change."
-    return f'<div class="crossover"><h3>Crossover</h3><ul>{"".join(items)}</ul><p class="note">{_e(note)}</p></div>'
+    note = f"Within ±{100 * NOISE_BAND:.0f}% of {summary.get('baseline', 'plain')} counts as no change."
+    return f'<div class="crossover"><h3>Crossover ({_e(what)})</h3><ul>{"".join(items)}</ul><p class="note">{_e(note)}</p></div>'
+
+
+def _latency_table(lat: dict, names: Sequence[str]) -> str:
+    """HTTP runs: TTFT, TPOT, end-to-end percentiles and failures per endpoint."""
+    head = ("endpoint", "runs", "failed", "ttft p50", "ttft p95", "tpot p50", "tpot p95", "e2e p50", "e2e p95", "tok/s")
+    ms = lambda v: _num(None if v is None else 1000 * v)  # noqa: E731
+    rows = [[n, str(s["runs"]), str(s["failed"]), ms(s["p50_ttft_s"]), ms(s["p95_ttft_s"]), ms(s["p50_tpot_s"]),
+             ms(s["p95_tpot_s"]), ms(s["p50_e2e_s"]), ms(s["p95_e2e_s"]), _num(s["tokens_per_s"])]
+            for n, s in ((n, lat[n]) for n in names)]
+    return _table("per endpoint (ms), every successful run", head, rows, "summary")
 
 
 # =============================================================== assembly
@@ -561,7 +613,7 @@ def _page(meta: dict, kind: str, charts, tables: Sequence[str]) -> str:
 </head>
 <body>
 <header>
-<h1>specgen bench: plain vs speculative</h1>
+<h1>specgen bench: {_e(baseline_name(meta))} vs {"speculative" if baseline_name(meta) == "plain" else "the other endpoints"}</h1>
 <p>{_e(" · ".join(facts))}</p>
 <p>{_e(" · ".join(x for x in (when, version, "configurations: " + ", ".join(meta.get("configs", []))) if x))}</p>
 </header>

@@ -3,7 +3,8 @@
 Every record dict the bench writes is built here: a run ("runs" of a request
 record), a request (its runs, greedy equality, per-config speedup), a serve
 batch of the concurrency sweep. The record file is JSONL: a meta line, then
-one line per finished request (or serve batch), flushed and fsynced, so Ctrl-C
+one line per finished request (or serve batch; `--endpoint` writes the same two
+kinds from specgen.bench.http's measurements), flushed and fsynced, so Ctrl-C
 or a crash loses only the request in flight; `resume` skips the ids already
 recorded.
 """
@@ -177,7 +178,7 @@ class RecordFile:
             kind = obj.get("type") if isinstance(obj, dict) else None
             if kind == "meta":
                 _check_meta(self.path, obj, meta)
-            elif kind == "request":
+            elif kind in ("request", "serve"):
                 self.records.append(obj)
             else:
                 raise SpecgenError(f"{self.path}:{n}: not a bench record")
@@ -191,7 +192,7 @@ class RecordFile:
             raise SpecgenError(f"cannot write --out {self.path}: {e.strerror or e}") from None
 
     def done_ids(self) -> set[str]:
-        return {r["id"] for r in self.records}
+        return {r["id"] for r in self.records if "id" in r}
 
     def append(self, record: dict) -> None:
         self._write(record)
@@ -203,7 +204,7 @@ class RecordFile:
             self._fh = None
 
 
-_RESUME_KEYS = ("model", "configs", "max_tokens", "repeats", "ignore_eos", "temperature")
+_RESUME_KEYS = ("model", "configs", "max_tokens", "repeats", "ignore_eos", "temperature", "endpoints", "loads")
 
 
 def _check_meta(path: Path, old: dict, new: dict) -> None:
@@ -245,3 +246,102 @@ def write_csv(path: Path, records: Sequence[dict]) -> None:
                 w.writerow(row)
     except OSError as e:
         raise SpecgenError(f"cannot write --csv {path}: {e.strerror or e}") from None
+
+
+# =============================================================== records of `specgen bench --endpoint`
+
+
+def endpoint_run(config: str, repeat: int, measures: dict) -> dict:
+    """One streamed request to one endpoint (http.run_measures's dict), as a run of a request record.
+
+    The keys the in-process statistics read are all present: acceptance from
+    the server's own counters (zeros when it reports none), no verify costs
+    (so no Leviathan prediction: a server reports its acceptance, not its
+    costs per draft length).
+    """
+    return {
+        "config": config,
+        "repeat": repeat,
+        **measures,
+        "verify_by_k": {},
+        "draft_steady": {"rounds": 0, "drafted": 0, "s": 0.0},
+        "draft_kind": "http",
+        "matches_plain": None,
+        "first_diff": None,
+    }
+
+
+def endpoint_failure(config: str, repeat: int, raw: dict) -> dict:
+    """A request that failed (HTTP status, error text, time until it failed): counted, kept apart from runs."""
+    return {"config": config, "repeat": repeat, "status": raw.get("status"), "error": raw.get("error"),
+            "total_s": raw.get("total_s"), "ttft_s": raw.get("ttft_s")}
+
+
+def endpoint_request_record(req, runs: list[dict], failed: list[dict], config_names: Sequence[str], baseline: str,
+                            greedy: bool, max_tokens: int) -> dict:
+    """A request measured against every endpoint: its runs, its failures, greedy text equality, speedups.
+
+    speedup = median baseline latency ÷ median latency of the configuration
+    (over its successful repeats); no speedup where either side has none.
+    """
+    base = [r for r in runs if r["config"] == baseline]
+    ref = base[0]["text"] if base else None
+    for r in runs:
+        if r["config"] != baseline and greedy and ref is not None:
+            diff = first_difference(ref, r["text"])
+            r["matches_plain"], r["first_diff"] = diff is None, diff
+    speedup, change = {}, {}
+    if base:
+        base_lat = median(r["total_s"] for r in base)
+        for name in config_names:
+            lat = [r["total_s"] for r in runs if r["config"] == name]
+            if name == baseline or not lat:
+                continue
+            speedup[name] = base_lat / median(lat) if median(lat) > 0 else math.inf
+            change[name] = 1000.0 * (median(lat) - base_lat)
+    prompt = next((r["prompt_tokens"] for r in runs if r.get("prompt_tokens") is not None), None)
+    return {
+        "type": "request",
+        "id": req.id,
+        "category": req.category,
+        "line": req.line,
+        "prompt_tokens": prompt,
+        "max_tokens": max_tokens,
+        "temperature": req.temperature,
+        "seed": req.seed,
+        "runs": runs,
+        "failed": failed,
+        "speedup": speedup,
+        "latency_change_ms": change,
+    }
+
+
+def load_record(load: str, level, config: str, repeat: int, requests: list[dict], wall: float,
+                counters: dict | None = None) -> dict:
+    """One batch of a load level (closed loop at a concurrency, or Poisson arrivals at a rate).
+
+    `requests`: each request's measures (failed ones carry `error`), in the
+    order sent; `counters`: the server's spec-decode counters over the batch
+    (vLLM's /metrics, after − before), when it has them.
+    """
+    ok = [r for r in requests if r.get("error") is None]
+    generated = sum(r["generated_tokens"] for r in ok)
+    return {
+        "type": "serve",
+        "id": f"{load}={level}/{config}/{repeat}",
+        "load": load,
+        "concurrency": level if load == "concurrency" else None,
+        "rate": level if load == "rate" else None,
+        "config": config,
+        "repeat": repeat,
+        "requests_sent": len(requests),
+        "requests_served": len(ok),
+        "failed": len(requests) - len(ok),
+        "wall_s": wall,
+        "generated_tokens": generated,
+        "throughput_tokens_per_s": generated / wall if wall > 0 else 0.0,
+        "k_hist": by_k(sum_by_k(r.get("k_hist") or {} for r in ok)),
+        "mean_rows_per_step": None,
+        "server_counters": counters,
+        "requests": requests,
+    }

@@ -4,7 +4,10 @@ Per category and overall: median and geometric-mean speedup with bootstrap
 95% intervals, the share of requests that got slower, batch throughput, and
 Leviathan's predicted speedup from the measured acceptance and costs, next to
 the measured one. For the concurrency sweep: throughput and latency
-percentiles per level, and where speculation stops paying.
+percentiles per level, and where speculation stops paying. The same
+functions summarize `specgen bench --endpoint` (HTTP) records: there the
+baseline is an endpoint, not plain decoding, and levels are concurrency or
+Poisson arrival rates; `latency_summary` adds TTFT / TPOT percentiles.
 """
 
 from __future__ import annotations
@@ -64,13 +67,14 @@ def predicted_speedup(alpha: float, k: int, t_plain_step: float, t_draft_round: 
 # =============================================================== summaries
 
 
-def _group_summary(records: Sequence[dict], name: str) -> dict:
+def _group_summary(records: Sequence[dict], name: str, baseline: str = "plain") -> dict:
     """Speedups and the prediction for one configuration over some requests."""
     speedups = [r["speedup"][name] for r in records if name in r["speedup"]]
+    failed = sum(1 for r in records for x in r.get("failed", ()) if x["config"] == name)
     if not speedups:
-        return {"requests": 0}
+        return {"requests": 0, "failed_runs": failed}
     spec_runs = [x for r in records for x in r["runs"] if x["config"] == name]
-    plain_runs = [x for r in records for x in r["runs"] if x["config"] == "plain"]
+    plain_runs = [x for r in records for x in r["runs"] if x["config"] == baseline]
     med, gm = float(median(speedups)), geomean(speedups)
     greedy = [x["matches_plain"] for x in spec_runs if x["matches_plain"] is not None]
     out = {
@@ -82,11 +86,12 @@ def _group_summary(records: Sequence[dict], name: str) -> dict:
         "slower_share": sum(s < 1.0 for s in speedups) / len(speedups),
         "median_latency_change_ms": float(median(r["latency_change_ms"][name] for r in records if name in r["latency_change_ms"])),
         "throughput": {"plain_tokens_per_s": _throughput(plain_runs), "spec_tokens_per_s": _throughput(spec_runs)},
-        "decode_speedup": _median_decode_speedup(records, name),
+        "decode_speedup": _median_decode_speedup(records, name, baseline),
         "acceptance_rate": _ratio(sum(x["accepted"] for x in spec_runs), sum(x["drafted"] for x in spec_runs)),
         "mean_accepted_len": _ratio(sum(x["generated_tokens"] for x in spec_runs), sum(x["rounds"] for x in spec_runs)),
         "matches_plain": {"equal": sum(greedy), "compared": len(greedy)},
         "prediction": predict(spec_runs, plain_runs),
+        "failed_runs": failed,
     }
     return out
 
@@ -106,11 +111,11 @@ def _decode_rate(runs: Sequence[dict]) -> float | None:
     return float(median(rates)) if rates else None
 
 
-def _median_decode_speedup(records: Sequence[dict], name: str) -> float | None:
+def _median_decode_speedup(records: Sequence[dict], name: str, baseline: str = "plain") -> float | None:
     """Decode phase only (what Leviathan's formula predicts): median over requests."""
     ratios = []
     for r in records:
-        plain = _decode_rate([x for x in r["runs"] if x["config"] == "plain"])
+        plain = _decode_rate([x for x in r["runs"] if x["config"] == baseline])
         spec = _decode_rate([x for x in r["runs"] if x["config"] == name])
         if plain and spec:
             ratios.append(spec / plain)
@@ -185,18 +190,55 @@ def _predict_by_k(spec_runs, alpha: float, t_plain: float, t_step: float, model:
     return tokens * t_plain / cost, measured * rounds * t_plain / cost
 
 
-def summarize(records: Sequence[dict], config_names: Sequence[str]) -> dict:
-    """Per configuration: overall and per-category summaries."""
+def summarize(records: Sequence[dict], config_names: Sequence[str], baseline: str = "plain") -> dict:
+    """Per configuration (each against the baseline: plain decoding in process): overall and per category."""
     cats = sorted({r["category"] for r in records})
     out = {}
     for name in config_names:
-        if name == "plain":
+        if name == baseline:
             continue
         out[name] = {
-            "overall": _group_summary(records, name),
-            "categories": {c: _group_summary([r for r in records if r["category"] == c], name) for c in cats},
+            "overall": _group_summary(records, name, baseline),
+            "categories": {c: _group_summary([r for r in records if r["category"] == c], name, baseline) for c in cats},
         }
     return out
+
+
+def latency_summary(records: Sequence[dict], config_names: Sequence[str]) -> dict:
+    """Per configuration, over every successful run: TTFT, TPOT, chunk gaps and end-to-end latency
+    percentiles (seconds), tokens per second, and the failures (count and the commonest errors)."""
+    out = {}
+    for name in config_names:
+        runs = [x for r in records for x in r["runs"] if x["config"] == name]
+        failed = [x for r in records for x in r.get("failed", ()) if x["config"] == name]
+        out[name] = {
+            "runs": len(runs),
+            **_latency_percentiles(runs, "total_s"),
+            "tokens_per_s": _throughput(runs),
+            "failed": len(failed),
+            "errors": _commonest([x["error"] for x in failed]),
+        }
+    return out
+
+
+def _latency_percentiles(runs: Sequence[dict], total_key: str) -> dict:
+    """p50 / p95 of TTFT, TPOT, the median chunk gap, and end-to-end latency over some runs."""
+    out = {}
+    for key, values in (
+        ("ttft", [x["ttft_s"] for x in runs if x.get("ttft_s") is not None]),
+        ("tpot", [x["tpot_s"] for x in runs if x.get("tpot_s") is not None]),
+        ("itl", [x["itl_p50_s"] for x in runs if x.get("itl_p50_s") is not None]),
+        ("e2e", [x[total_key] for x in runs]),
+    ):
+        out[f"p50_{key}_s"], out[f"p95_{key}_s"] = _percentile(values, 50), _percentile(values, 95)
+    return out
+
+
+def _commonest(errors: Sequence[str], n: int = 3) -> list[list]:
+    counts: dict[str, int] = {}
+    for e in errors:
+        counts[e] = counts.get(e, 0) + 1
+    return [[e, c] for e, c in sorted(counts.items(), key=lambda ec: -ec[1])[:n]]
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else None
@@ -208,46 +250,65 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
 NOISE_BAND = 0.05
 
 
-def summarize_sweep(records: Sequence[dict], config_names: Sequence[str]) -> dict:
-    """Per level and configuration: throughput, latency percentiles, policy choices; the crossovers."""
-    levels = sorted({r["concurrency"] for r in records})
+def summarize_sweep(records: Sequence[dict], config_names: Sequence[str], baseline: str = "plain",
+                    load: str = "concurrency") -> dict:
+    """Per level and configuration: throughput, latency percentiles, policy choices; the crossovers.
+
+    `load`: the records' level key, "concurrency" (requests served at once)
+    or "rate" (Poisson arrivals per second, `bench --endpoint --rate`).
+    Requests that failed (`error`) are counted, never timed.
+    """
+    records = [r for r in records if r.get("load", "concurrency") == load]
+    levels = sorted({r[load] for r in records})
     per_level: dict = {}
     for level in levels:
         row = {}
+        base_lat = _request_latencies([r for r in records if r[load] == level and r["config"] == baseline])
         for name in config_names:
-            runs = [r for r in records if r["concurrency"] == level and r["config"] == name]
+            runs = [r for r in records if r[load] == level and r["config"] == name]
             if not runs:
                 continue
-            reqs = [x for r in runs for x in r["requests"]]
+            every = [x for r in runs for x in r["requests"]]
+            reqs = [x for x in every if x.get("error") is None]
+            if not reqs:
+                row[name] = {"runs": len(runs), "failed": len(every), "served": 0}
+                continue
             lat = [x["latency_s"] for x in reqs]
             drafted = sum(x["drafted"] for x in reqs)
             k_hist = sum_by_k(r["k_hist"] for r in runs)
             compared = [x["matches_plain"] for x in reqs if x.get("matches_plain") is not None]
+            rows_per_step = [r["mean_rows_per_step"] for r in runs if r.get("mean_rows_per_step") is not None]
             row[name] = {
                 "runs": len(runs),
+                "served": len(reqs),
+                "failed": len(every) - len(reqs),
                 "throughput_tokens_per_s": float(median(r["throughput_tokens_per_s"] for r in runs)),
                 "p50_latency_s": _percentile(lat, 50),
                 "p95_latency_s": _percentile(lat, 95),
                 "p50_ttft_s": _percentile([x["ttft_s"] for x in reqs], 50),
+                "p95_ttft_s": _percentile([x["ttft_s"] for x in reqs], 95),
+                "p50_tpot_s": _percentile([x["tpot_s"] for x in reqs if x.get("tpot_s") is not None], 50),
+                "p95_tpot_s": _percentile([x["tpot_s"] for x in reqs if x.get("tpot_s") is not None], 95),
                 "p50_service_s": _percentile([x["service_s"] for x in reqs], 50),
                 "mean_queue_s": float(np.mean([x["queue_s"] for x in reqs])),
                 "median_request_tokens_per_s": float(median(x["tokens_per_s"] for x in reqs)),
                 "acceptance_rate": _ratio(sum(x["accepted"] for x in reqs), drafted),
-                "mean_rows_per_step": float(np.mean([r["mean_rows_per_step"] for r in runs])),
+                "mean_rows_per_step": float(np.mean(rows_per_step)) if rows_per_step else None,
                 "k_hist": by_k(k_hist),
                 "mean_k": _ratio(sum(k * n for k, n in k_hist.items()), sum(k_hist.values())),
                 "matches_plain": {"equal": sum(compared), "compared": len(compared)},
+                "request_speedup": _paired_speedup(base_lat, _request_latencies(runs)) if name != baseline else None,
             }
         per_level[str(level)] = row
     crossover = {}
     for name in config_names:
-        if name == "plain":
+        if name == baseline:
             continue
         lat_speedup, tput_ratio = {}, {}
         for level in levels:
             row = per_level[str(level)]
-            if name in row and "plain" in row:
-                p, s = row["plain"], row[name]
+            if row.get(name, {}).get("served") and row.get(baseline, {}).get("served"):
+                p, s = row[baseline], row[name]
                 lat_speedup[str(level)] = p["p50_latency_s"] / s["p50_latency_s"] if s["p50_latency_s"] else None
                 tput_ratio[str(level)] = s["throughput_tokens_per_s"] / p["throughput_tokens_per_s"] if p["throughput_tokens_per_s"] else None
         cuts = [int(k) for k, v in lat_speedup.items() if v and v > 1.0 + NOISE_BAND]
@@ -265,4 +326,25 @@ def summarize_sweep(records: Sequence[dict], config_names: Sequence[str]) -> dic
             "costs_throughput_from": min(costs) if costs else None,
             "recovers_at": [int(k) for k in tput_ratio if costs and int(k) > min(costs) and int(k) not in costs],
         }
-    return {"levels": levels, "per_level": per_level, "crossover": crossover}
+    return {"load": load, "baseline": baseline, "levels": levels, "per_level": per_level, "crossover": crossover}
+
+
+def _request_latencies(runs: Sequence[dict]) -> dict:
+    """Each request's latencies over some batches, keyed by its place in the batch (or its id)."""
+    out: dict = {}
+    for r in runs:
+        for x in r["requests"]:
+            key = x.get("n", x.get("id"))
+            if x.get("error") is None and key is not None:
+                out.setdefault(key, []).append(x["latency_s"])
+    return out
+
+
+def _paired_speedup(base: dict, spec: dict) -> dict | None:
+    """Per request: median baseline latency ÷ median latency; their median and geomean with bootstrap 95% CIs."""
+    ratios = [median(base[k]) / median(v) for k, v in spec.items() if k in base and median(v) > 0]
+    if not ratios:
+        return None
+    return {"requests": len(ratios), "median": float(median(ratios)), "median_ci95": list(bootstrap_ci(ratios, "median")),
+            "geomean": geomean(ratios), "geomean_ci95": list(bootstrap_ci(ratios, "geomean")),
+            "slower_share": sum(x < 1.0 for x in ratios) / len(ratios)}

@@ -75,11 +75,42 @@ def bench(
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
     json_out: SummaryJsonOpt = False,
-    concurrency: Annotated[Optional[str], typer.Option("--concurrency", metavar="LEVELS", help="Serve the whole set at once at each level, e.g. 1,2,4,8 (requests share one context, continuous batching): throughput and latency against concurrency, plain vs speculative.")] = None,
+    concurrency: Annotated[Optional[str], typer.Option("--concurrency", metavar="LEVELS", help="Serve the whole set at once at each level, e.g. 1,2,4,8 (requests share one context, continuous batching): throughput and latency against concurrency, plain vs speculative. With --endpoint: closed loop, that many requests in flight.")] = None,
     report: ReportOpt = None,
+    endpoint: Annotated[Optional[List[str]], typer.Option("--endpoint", metavar="NAME=URL", help="Measure an OpenAI-compatible server instead (repeatable, at least two; each is a configuration, the first or --baseline is the baseline), e.g. spec=http://127.0.0.1:8080.")] = None,
+    endpoint_model: Annotated[Optional[List[str]], typer.Option("--endpoint-model", metavar="NAME=MODEL", help="The model name to ask endpoint NAME for (default: the first its /v1/models lists).")] = None,
+    endpoint_key_env: Annotated[Optional[List[str]], typer.Option("--endpoint-key-env", metavar="NAME=VAR", help="Send endpoint NAME the API key held in environment variable VAR.")] = None,
+    endpoint_body: Annotated[Optional[List[str]], typer.Option("--endpoint-body", metavar="NAME=JSON", help="A JSON object merged into every request body sent to endpoint NAME, e.g. 'plain={\"speculative\": {\"mode\": \"none\"}}'.")] = None,
+    baseline: Annotated[Optional[str], typer.Option("--baseline", metavar="NAME", help="The endpoint the others are compared with (default: the first).")] = None,
+    rate: Annotated[Optional[str], typer.Option("--rate", metavar="RATES", help="With --endpoint: open loop, Poisson arrivals at each rate per second, e.g. 2,5.")] = None,
+    count: Annotated[Optional[int], typer.Option("--count", help="With --endpoint and --concurrency/--rate: requests per level (the set, cycled; default: its size).")] = None,
+    duration: Annotated[Optional[float], typer.Option("--duration", metavar="S", help="With --rate: arrivals stop after S seconds per level.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="S", help="With --endpoint: seconds allowed per request (a slower one is recorded as failed).")] = 300.0,
 ) -> None:
-    """Serve a batch of requests plain and speculative, side by side; per-request latency change and speedup."""
+    """Serve a batch of requests plain and speculative, side by side; per-request latency change and speedup.
+
+    With --endpoint: the same measurements against OpenAI-compatible servers over HTTP (streamed).
+    """
     from specgen import __version__, bench as B
+
+    if endpoint:
+        from specgen.cli.bench_http import http_bench
+
+        given = [f for f, v in (("-C/--config", config), ("-m/--model", model), ("-t/--threads", threads)) if v]
+        if given:
+            raise SpecgenError(f"{given[0]} configures the in-process bench; with --endpoint the servers are configured")
+        return http_bench(
+            requests, endpoint=endpoint, endpoint_model=endpoint_model, endpoint_key_env=endpoint_key_env,
+            endpoint_body=endpoint_body, baseline=baseline, concurrency=concurrency, rate=rate, count=count,
+            duration=duration, timeout=timeout, max_tokens=max_tokens, repeats=repeats, ignore_eos=ignore_eos,
+            temp=temp, seed=seed, warmup=warmup, limit=limit, out=out, resume=resume, csv_out=csv_out,
+            json_out=json_out, report=report,
+        )
+    http_only = [f for f, v in (("--endpoint-model", endpoint_model), ("--endpoint-key-env", endpoint_key_env),
+                                ("--endpoint-body", endpoint_body), ("--baseline", baseline), ("--rate", rate),
+                                ("--count", count), ("--duration", duration)) if v is not None]
+    if http_only:
+        raise SpecgenError(f"{http_only[0]} needs --endpoint")
 
     settings = B.Settings(max_tokens, repeats, ignore_eos, temp, top_k, top_p, min_p, seed, warmup)
     settings.validate()

@@ -335,17 +335,20 @@ class BenchProgress:
         if self._bar is not None:
             self._bar.update(self._task, completed=self._count * runs)
             return
-        plain = _median_ms(r, "plain")
-        parts = [f"plain {plain:.0f} ms"]
+        base = self.names[0]  # plain, or the baseline endpoint
+        parts = [f"{base} {_num(_median_ms(r, base), '{:.0f}')} ms"]
         for name, s in r["speedup"].items():
             parts.append(f"{name} {_median_ms(r, name):.0f} ms ({s:.2f}×)")
+        if r.get("failed"):
+            parts.append(f"[red]{len(r['failed'])} failed: {r['failed'][0]['error']}[/red]")
         self.con.print(f"[{self._count}] {r['id']} ({r['category']}): " + " · ".join(parts), soft_wrap=True)
 
 
-def _median_ms(r: dict, name: str) -> float:
+def _median_ms(r: dict, name: str) -> float | None:
     from statistics import median
 
-    return 1000 * median(x["total_s"] for x in r["runs"] if x["config"] == name)
+    lat = [x["total_s"] for x in r["runs"] if x["config"] == name]
+    return 1000 * median(lat) if lat else None
 
 
 def _x(v: float | None) -> str:
@@ -363,17 +366,18 @@ def request_table(records, configs):
     from rich.table import Table
 
     t = Table(title="per request (latency = median over repeats)", title_justify="left")
-    for col in ("id", "category", "prompt", "plain ms"):
-        t.add_column(col, justify="right" if col in ("prompt", "plain ms") else "left")
+    base = next(c for c in configs if c.kind == "plain")  # plain decoding, or the baseline endpoint
+    for col in ("id", "category", "prompt", f"{base.label} ms"):
+        t.add_column(col, justify="left" if col in ("id", "category") else "right")
     specs = [c for c in configs if c.kind != "plain"]
     for c in specs:
         for col in ("ms", "Δ ms", "speedup", "acc", "same"):
             t.add_column(f"{c.label} {col}" if col == "ms" else col, justify="right")
     for r in records:
-        row = [r["id"], r["category"], str(r["prompt_tokens"]), f"{_median_ms(r, 'plain'):.0f}"]
+        row = [r["id"], r["category"], _num(r["prompt_tokens"], "{}"), _num(_median_ms(r, base.name), "{:.0f}")]
         for c in specs:
             runs = [x for x in r["runs"] if x["config"] == c.name]
-            if not runs:
+            if not runs or c.name not in r["speedup"]:
                 row += ["-"] * 5
                 continue
             s = r["speedup"][c.name]
@@ -392,12 +396,12 @@ def request_table(records, configs):
     return t
 
 
-def speedup_table(summary: dict, config):
-    """Plain vs one configuration, per category and overall."""
+def speedup_table(summary: dict, config, base: str = "plain"):
+    """Plain (or the baseline endpoint) vs one configuration, per category and overall."""
     from rich.table import Table
 
     s = summary[config.name]
-    t = Table(title=f"plain vs {config.label}", title_justify="left")
+    t = Table(title=f"{base} vs {config.label}", title_justify="left")
     cols = (
         "category", "n", "median speedup [95% CI]", "geomean [95% CI]", "slower", "tok/s plain→spec",
         "accept", "len", "decode speedup", "predicted",
@@ -471,12 +475,14 @@ def bar_chart(items: list[tuple[str, float]], width: int = 48) -> list:
 
 def print_bench(con, records, configs, summary) -> None:
     con.print(request_table(records, configs))
+    base = next(c for c in configs if c.kind == "plain").label
     for c in configs:
         if c.kind == "plain":
             continue
-        con.print(speedup_table(summary, c))
-        con.print(prediction_line(summary, c), soft_wrap=True)
-        con.print(f"speedup per request, plain vs {c.label}:")
+        con.print(speedup_table(summary, c, base))
+        if c.kind != "http":  # a server reports acceptance, not its costs: nothing to predict from
+            con.print(prediction_line(summary, c), soft_wrap=True)
+        con.print(f"speedup per request, {base} vs {c.label}:")
         for line in bar_chart([(r["id"], r["speedup"][c.name]) for r in records if c.name in r["speedup"]]):
             con.print(line, soft_wrap=True)
     con.print(
@@ -520,7 +526,7 @@ def sweep_chart(summary: dict, configs, width: int = 36) -> list:
 
     styles = ["white", "cyan", "magenta", "yellow", "green", "blue"]
     rows = [(lv, c, summary["per_level"][str(lv)].get(c.name)) for lv in summary["levels"] for c in configs]
-    rows = [(lv, c, s) for lv, c, s in rows if s]
+    rows = [(lv, c, s) for lv, c, s in rows if s and s.get("served", 1)]
     if not rows:
         return []
     lat_max = max(s["p50_latency_s"] for _, _, s in rows) or 1.0
@@ -530,7 +536,7 @@ def sweep_chart(summary: dict, configs, width: int = 36) -> list:
     last = None
     for lv, c, s in rows:
         style = styles[configs.index(c) % len(styles)]
-        head = f"c={lv:<4}" if lv != last else " " * 6
+        head = f"{level_label(summary, lv):<6}" if lv != last else " " * 6
         last = lv
         n_lat = max(1, round(s["p50_latency_s"] / lat_max * width))
         n_tp = max(1, round(s["throughput_tokens_per_s"] / tp_max * width))
@@ -543,30 +549,36 @@ def sweep_chart(summary: dict, configs, width: int = 36) -> list:
     return lines
 
 
+def level_label(summary: dict, level) -> str:
+    """c=4 (concurrency) or 2/s (Poisson arrival rate)."""
+    return f"{level}/s" if summary.get("load") == "rate" else f"c={level}"
+
+
 def crossover_lines(summary: dict, configs) -> list[str]:
     out = []
     for c in configs:
         x = summary["crossover"].get(c.name)
         if x is None:
             continue
-        lat = " · ".join(f"c={k} {_x(v)}" for k, v in x["latency_speedup"].items())
-        tp = " · ".join(f"c={k} {_x(v)}" for k, v in x["throughput_ratio"].items())
+        lat = " · ".join(f"{level_label(summary, k)} {_x(v)}" for k, v in x["latency_speedup"].items())
+        tp = " · ".join(f"{level_label(summary, k)} {_x(v)}" for k, v in x["throughput_ratio"].items())
+        what = "arrival rate" if summary.get("load") == "rate" else "concurrency"
         stop, cost = x["stops_cutting_latency_at"], x["costs_throughput_from"]
         if not x["cuts_latency_at"]:
             verdict = "never cut p50 latency at the levels measured"
         elif stop is None:
             verdict = "cut p50 latency at every level"
         else:
-            verdict = f"stops cutting p50 latency at concurrency {stop}"
+            verdict = f"stops cutting p50 latency at {what} {stop}"
             if x["cuts_again_at"]:
                 verdict += f" (yet cuts it again at {', '.join(map(str, x['cuts_again_at']))})"
         if cost is None:
             verdict += "; never cost total throughput"
         else:
-            verdict += "; costs total throughput " + ("at every level" if len(x["costs_throughput_at"]) == len(x["throughput_ratio"]) else f"from concurrency {cost}")
+            verdict += "; costs total throughput " + ("at every level" if len(x["costs_throughput_at"]) == len(x["throughput_ratio"]) else f"from {what} {cost}")
             if x["recovers_at"]:
                 verdict += f" (not at {', '.join(map(str, x['recovers_at']))})"
-        out.append(f"{c.label}: {verdict}. p50 latency speedup {lat}; throughput vs plain {tp}")
+        out.append(f"{c.label}: {verdict}. p50 latency speedup {lat}; throughput vs {summary.get('baseline', 'plain')} {tp}")
     return out
 
 
