@@ -106,6 +106,7 @@ def bench(
             _check_writable(path, flag)
 
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers)
+    render.note_translated(any(getattr(d, "translated", False) for d in setup.drafters.values()))
     sink = None
     try:
         names = [c.name for c in setup.configs]
@@ -197,6 +198,7 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
         if path is not None:
             _check_writable(path, flag)
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, n_seq_max=max(levels))
+    render.note_translated(any(getattr(d, "translated", False) for d in setup.drafters.values()))
     sink = None
     try:
         names = [c.name for c in setup.configs]

@@ -184,6 +184,7 @@ def chat(
         except ImportError:
             pass
     loaded = open_models(opts)
+    render.note_translated(loaded.translated)
     try:
         target = loaded.target
         fmt = format_for(target, template)
@@ -321,6 +322,7 @@ def rewrite(
     src = rw.read_source(file, read_stdin_bytes, rw.max_bytes_for(ctx_size))
     plan = rw.plan_output(src, output, in_place, no_backup)
     loaded = open_models(opts)
+    render.note_translated(loaded.translated)
     try:
         target = loaded.target
         use_template = template or "auto"

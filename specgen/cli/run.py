@@ -78,8 +78,7 @@ def run(
     opts.validate()
     text_in = read_prompt(prompt, file)
     loaded = open_models(opts)
-    if loaded.translated:
-        render.note("the draft's vocabulary differs from the target's: drafting through text (lossless)")
+    render.note_translated(loaded.translated)
     try:
         target = loaded.target
         tokens = target.tokenize(text_in)
@@ -103,18 +102,8 @@ def run(
                 status.stop()
         st = gen.stats
         if json_out:
-            obj = {
-                "text": target.detokenize(gen.tokens),
-                "tokens": gen.tokens,
-                "mode": loaded.mode,
-                "prompt_tokens": st.prompt_tokens,
-                "generated_tokens": st.generated,
-                "stop_reason": st.stop_reason,
-                "timings": st.timings(),
-                "spec": {**st.spec(loaded.draft_max), "policy": loaded.policy_name},
-            }
-            sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-            sys.stdout.flush()
+            render.write_json(render.generation_json(target.detokenize(gen.tokens), gen.tokens, loaded.mode, st,
+                                                     loaded.draft_max, loaded.policy_name))
         else:
             if sys.stdout.isatty() and stream.text and not stream.text.endswith("\n"):
                 sys.stdout.write("\n")

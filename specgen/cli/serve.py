@@ -82,6 +82,7 @@ def serve(
     serving = engine = None
     try:
         serving = open_serving(opts, parallel, ignore_eos=ignore_eos)
+        render.note_translated(serving.translated)
         try:
             fmt = format_for(serving.target, template)
         except SpecgenError:
