@@ -30,6 +30,7 @@ from specgen.cli.options import (
     PairOpt,
     PMinOpt,
     SeedOpt,
+    SuffixOpt,
     TempOpt,
     ThreadsOpt,
     TopKOpt,
@@ -65,7 +66,7 @@ def run(
     adaptive: AdaptiveOpt = None,
     p_min: PMinOpt = 0.0,
     json_out: JsonOpt = False,
-    suffix: Annotated[bool, typer.Option("--suffix", help="Draft from a suffix index: the longest earlier match of the context, of any length.")] = False,
+    suffix: SuffixOpt = False,
 ) -> None:
     """Generate a completion, streaming tokens; stats on stderr."""
     from specgen.decoding import Generation
