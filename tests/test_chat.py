@@ -397,3 +397,107 @@ def test_chat_from_a_pipe_and_sigint_in_a_real_process(gemma_path):
     assert p.returncode == 0, err
     assert "Traceback" not in err and "turns 1" in err
     assert "interrupted" in status_lines(err)[0]
+
+
+# -- live status line, --json per turn, the suffix index across turns ---------------------------
+
+RUN_JSON_KEYS = {"text", "tokens", "mode", "prompt_tokens", "generated_tokens", "stop_reason", "timings", "spec"}
+
+
+@pytest.mark.model
+def test_piped_chat_json_gives_one_object_per_turn_and_no_status_line(gemma_path):
+    import json
+
+    done = specgen("chat", *FAST, "-n", "6", "-k", "2", "--json", input="Hello\nAnd then?\n", text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and done.stdout.endswith("\n"), done.stdout  # nothing else on stdout
+    turns = [json.loads(ln) for ln in lines]
+    for i, t in enumerate(turns, 1):
+        assert set(t) == RUN_JSON_KEYS | {"turn"} and t["turn"] == i
+        assert t["mode"] == "lookup" and t["generated_tokens"] == len(t["tokens"]) <= 6
+        assert t["spec"]["draft_max"] == 2 and t["spec"]["accepted"] <= t["spec"]["drafted"]
+    assert turns[1]["prompt_tokens"] > turns[0]["prompt_tokens"] + turns[0]["generated_tokens"]  # the conversation grows
+    # stderr is not a terminal: no live status (no line clearing, no round counter), the summary line per turn
+    assert "\x1b[2K" not in done.stderr and "round " not in done.stderr
+    assert len(status_lines(done.stderr)) == 2
+
+
+@pytest.mark.model
+def test_chat_status_line_on_a_terminal_is_cleared_before_the_next_line(gemma_path):
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    p = start_specgen("chat", *FAST, "-n", "12", "-k", "2", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=slave,
+                      env={"NO_COLOR": "1"})
+    os.close(slave)
+    chunks = []
+
+    def drain():
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # the other end closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    out, _ = p.communicate(b"Repeat exactly: one two three four, one two three four, one two\n", timeout=120)
+    reader.join(timeout=10)
+    os.close(master)
+    err = b"".join(chunks).decode(errors="replace")
+    assert p.returncode == 0, err
+    assert out.strip() and "\x1b" not in out.decode()  # the reply on stdout, no status in it
+    shown = re.findall(r"\r\x1b\[2K(round \d+ \|[^\r]*)", err)
+    assert shown and all("acceptance" in s and "tok/s" in s and "drafted" in s for s in shown), err
+    assert "\r\x1b[2K[" in err  # the status was cleared, then the turn's summary line
+    assert err.rindex("round ") < err.index("\r\x1b[2K[")
+
+
+def test_global_cache_needs_the_suffix_drafter():
+    res = CliRunner().invoke(app, ["chat", "--global-cache", "on"], input="")
+    assert res.exit_code != 0 and "--global-cache on needs --suffix" in str(res.exception or res.output)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("flag", ["on", "off"])
+def test_chat_global_cache_drafts_a_later_turn_from_an_earlier_one(flag, monkeypatch):
+    """After /reset the same question again: only with the global index on do its drafts come from turn 1."""
+    import json
+
+    from specgen.suffix import KEY_GLOBAL, SuffixDrafter
+
+    made, keys = [], []
+    orig_init, orig_propose = SuffixDrafter.__init__, SuffixDrafter.propose_one
+
+    def init(self, *a, **kw):
+        orig_init(self, *a, **kw)
+        made.append(self)
+
+    def propose_one(self, *a, **kw):
+        d = orig_propose(self, *a, **kw)
+        keys.append(d.key if d.tokens else None)
+        return d
+
+    monkeypatch.setattr(SuffixDrafter, "__init__", init)
+    monkeypatch.setattr(SuffixDrafter, "propose_one", propose_one)
+    question = "Name three colours of the rainbow."
+    res = CliRunner().invoke(app, ["chat", *FAST, "-n", "12", "-k", "8", "--json", "--suffix", "--global-cache", flag],
+                             input=f"{question}\n/reset\n{question}\n")
+    assert res.exit_code == 0, res.output
+    first, second = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert first["mode"] == second["mode"] == "suffix"
+    (drafter,) = made
+    from_global = [k for k in keys if k is not None and k >= KEY_GLOBAL]
+    if flag == "on":
+        # turn 1 (prompt and reply) was remembered when turn 2 began, and turn 2 drafted from it
+        assert drafter.global_index is not None
+        # (what the drafter saw of it: the prompt and the reply up to its last round)
+        assert first["prompt_tokens"] < drafter.global_index.n_tokens <= first["prompt_tokens"] + first["generated_tokens"]
+        assert from_global and second["spec"]["accepted"] > 0
+    else:
+        assert drafter.global_index is None and not from_global

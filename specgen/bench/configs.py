@@ -1,8 +1,11 @@
 """Bench configurations: `--config` parsed strictly into named ways of decoding.
 
-Plain is always measured; `lookup[:k=N,ngram=N,ngram_min=N]`, `draft=MODEL[:k=N]`
-and `pair=NAME[:k=N]` (each with an optional `policy=P`) add speculative
-ones. Default draft lengths and policy names are the loader's.
+Plain is always measured; `lookup[:k=N,ngram=N,ngram_min=N]`,
+`suffix[:k=N,ngram_min=N]` (the suffix index; `ngram_min`: its shortest match),
+`draft=MODEL[:k=N]` and `pair=NAME[:k=N]` (each with an optional `policy=P`)
+add speculative ones. Default draft lengths and policy names are the loader's.
+`suffix:global=on` (or bench --global-cache on) adds an index over the
+earlier requests of the same repeat.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ MAX_K = 128
 # bench's default policy (fixed) first
 _POLICY_CHOICES = ("fixed", *(p for p in POLICIES if p != "fixed"))
 _CONFIG_USAGE = (
-    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P]"
+    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P]"
     f" (P: {', '.join(_POLICY_CHOICES)})"
 )
 _OPTIONS_RE = re.compile(r"[a-z_]+=[^,:]*(,[a-z_]+=[^,:]*)*")
@@ -30,29 +33,31 @@ _OPTIONS_RE = re.compile(r"[a-z_]+=[^,:]*(,[a-z_]+=[^,:]*)*")
 
 @dataclass(frozen=True)
 class Config:
-    """One way of decoding: plain, prompt lookup, or a draft model (by ref or pair)."""
+    """One way of decoding: plain, prompt lookup, the suffix index, or a draft model (by ref or pair)."""
 
-    kind: str  # plain | lookup | draft | pair
+    kind: str  # plain | lookup | suffix | draft | pair
     k: int | None = 0
     ngram_max: int = NGRAM_MAX
     ngram_min: int = 1
     draft: str | None = None  # model reference, for kind draft (and pair, once resolved)
     pair: str | None = None
     policy: str = "fixed"  # draft-length policy (specgen.policy); k is its ceiling unless fixed
+    global_cache: bool = False  # suffix: an index over the earlier requests of the same repeat (runner.Runner)
 
     @property
     def name(self) -> str:
         if self.kind == "plain":
             return "plain"
         extra = [f"k={self.k}"] if self.k else []
-        if self.kind == "lookup":
-            if self.ngram_max != NGRAM_MAX:
-                extra.append(f"ngram={self.ngram_max}")
-            if self.ngram_min != 1:
-                extra.append(f"ngram_min={self.ngram_min}")
+        if self.kind == "lookup" and self.ngram_max != NGRAM_MAX:
+            extra.append(f"ngram={self.ngram_max}")
+        if self.kind in ("lookup", "suffix") and self.ngram_min != 1:
+            extra.append(f"ngram_min={self.ngram_min}")
         if self.policy != "fixed":
             extra.append(f"policy={self.policy}")
-        head = "lookup" if self.kind == "lookup" else f"pair={self.pair}" if self.kind == "pair" else f"draft={self.draft}"
+        if self.global_cache:
+            extra.append("global=on")
+        head = self.kind if self.kind in ("lookup", "suffix") else f"pair={self.pair}" if self.kind == "pair" else f"draft={self.draft}"
         return head + (":" + ",".join(extra) if extra else "")
 
     @property
@@ -83,6 +88,11 @@ def parse_config(text: str) -> Config:
         if not cfg.ngram_min <= cfg.ngram_max:
             raise SpecgenError(f"--config {text}: need ngram_min <= ngram")
         return cfg
+    if s == "suffix" or s.startswith("suffix:"):
+        opts = _options(s[len("suffix:") :] if ":" in s else "", ("k", "ngram_min", "policy", "global"), text)
+        policy = opts.get("policy", "fixed")
+        return Config("suffix", opts.get("k", _default_k("suffix", policy)), ngram_min=opts.get("ngram_min", 1), policy=policy,
+                      global_cache=opts.get("global") == "on")
     for kind in ("draft", "pair"):
         if s.startswith(kind + "="):
             ref, tail = _split_options(s[len(kind) + 1 :])
@@ -117,12 +127,17 @@ def _options(text: str, allowed: tuple[str, ...], whole: str) -> dict:
         key, eq, value = part.partition("=")
         key = key.strip()
         if not eq or key not in allowed:
-            raise SpecgenError(f"--config {whole}: unknown option '{part}' (allowed: {', '.join(k + '=N' for k in allowed)})")
+            raise SpecgenError(f"--config {whole}: unknown option '{part}' (allowed: {', '.join(k + ('=P' if k == 'policy' else '=on|off' if k == 'global' else '=N') for k in allowed)})")
         if key in out:
             raise SpecgenError(f"--config {whole}: {key} given twice")
         if key == "policy":
             if value.strip() not in POLICIES:
                 raise SpecgenError(f"--config {whole}: policy must be one of {', '.join(_POLICY_CHOICES)} (got '{value}')")
+            out[key] = value.strip()
+            continue
+        if key == "global":
+            if value.strip() not in ("on", "off"):
+                raise SpecgenError(f"--config {whole}: global must be on or off (got '{value}')")
             out[key] = value.strip()
             continue
         try:

@@ -53,6 +53,13 @@ def _resolve_pairs(model: str | None, configs: list[Config], catalog) -> tuple[s
     return model, out
 
 
+def suffix_drafter(config: Config):
+    """A fresh suffix-index drafter for a suffix configuration: its global index (if on) starts empty."""
+    from specgen.suffix import SuffixDrafter
+
+    return SuffixDrafter(global_cache=config.global_cache, min_match=config.ngram_min)
+
+
 def open_bench(
     model: str | None,
     configs: Sequence[Config],
@@ -82,6 +89,9 @@ def open_bench(
         for c in configs:
             if c.kind == "lookup":
                 setup.drafters[c.name] = PromptLookup(c.ngram_max, c.ngram_min)
+                continue
+            if c.kind == "suffix":  # the runners build one per repeat (or batch); this one is for warm-ups
+                setup.drafters[c.name] = suffix_drafter(c)
                 continue
             path = draft_paths[c.name]
             if path not in opened:

@@ -62,7 +62,7 @@ def run_record(gen, config, verify_by_k: dict, steady: list, first_draft_s: floa
         "draft_prefill_s": st.draft_prefill_s,
         "draft_first_s": first_draft_s,
         "draft_steady": {"rounds": steady[0], "drafted": steady[1], "s": steady[2]},
-        "draft_kind": "model" if config.drafts_with_model else ("lookup" if drafter is not None else "none"),
+        "draft_kind": "model" if config.drafts_with_model else (config.kind if drafter is not None else "none"),
         "verify_by_k": by_k(verify_by_k),
         "matches_plain": None,
         "first_diff": None,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from specgen.bench.configs import Config
-from specgen.bench.models import Setup
+from specgen.bench.models import Setup, suffix_drafter
 from specgen.bench.records import request_record, run_record
 from specgen.bench.requests import Request, request_tokens
 from specgen.decoding import Generation
@@ -113,6 +113,7 @@ class Runner:
         self.setup = setup
         self.settings = settings
         self.timing = Timing()
+        self._suffix: dict[tuple[str, int], object] = {}  # (config, repeat) → its suffix drafter
 
     # -- preparation ------------------------------------------------------
     def prepare(self, requests: Sequence[Request]) -> list[Prepared]:
@@ -137,11 +138,24 @@ class Runner:
         return out
 
     # -- one run ----------------------------------------------------------
-    def run_one(self, p: Prepared, config: Config, max_tokens: int | None = None) -> dict:
+    def drafter(self, config: Config, repeat: int | None):
+        """The configuration's drafter. A suffix index with a global cache is one per repeat,
+        so a request drafts from the earlier requests of its repeat, never from its own
+        earlier output (another repeat of itself); a warm-up (repeat None) gets a fresh one."""
+        if config.kind != "suffix" or not config.global_cache:
+            return self.setup.drafters[config.name]
+        if repeat is None:
+            return suffix_drafter(config)
+        key = (config.name, repeat)
+        if key not in self._suffix:
+            self._suffix[key] = suffix_drafter(config)
+        return self._suffix[key]
+
+    def run_one(self, p: Prepared, config: Config, max_tokens: int | None = None, repeat: int | None = None) -> dict:
         """One request through one configuration, from an empty cache; the run's record."""
         setup = self.setup
         target = setup.target
-        drafter = setup.drafters[config.name]
+        drafter = self.drafter(config, repeat)
         draft_engine = setup.draft_engines.get(config.name)
         target.truncate(0, 0)
         if draft_engine is not None:
@@ -207,7 +221,7 @@ class Runner:
                     for slot, ci in enumerate(order):
                         if on_run:
                             on_run(done, total, p, configs[ci])
-                        rec = self.run_one(p, configs[ci])
+                        rec = self.run_one(p, configs[ci], repeat=rep)
                         rec["repeat"], rec["slot"] = rep, slot
                         self.timing.generation_s += rec["total_s"]
                         self.timing.runs += 1

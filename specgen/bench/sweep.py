@@ -13,7 +13,7 @@ import time
 from typing import Callable, Sequence
 
 from specgen.bench.configs import Config
-from specgen.bench.models import Setup
+from specgen.bench.models import Setup, suffix_drafter
 from specgen.bench.records import serve_record
 from specgen.bench.runner import WARMUP_TOKENS, Prepared, Settings, Timing, run_order
 from specgen.drafters import PromptLookup
@@ -81,6 +81,8 @@ class SweepRunner:
         drafter = setup.drafters.get(config.name)  # one drafter for every slot (a draft model: its own context)
         if config.kind == "lookup":
             drafter = PromptLookup(config.ngram_max, config.ngram_min)  # fresh indexes for this server
+        elif config.kind == "suffix":  # a fresh global index (if on) per batch: no request sees its own earlier output
+            drafter = suffix_drafter(config)
         return Server(setup.target, level, draft_max=k, drafter=drafter, new_policy=new_policy,
                       ignore_eos=self.settings.ignore_eos)
 

@@ -21,6 +21,7 @@ from typing_extensions import Annotated
 import specgen.cli.render as render
 from specgen.cli.options import (
     CtxOpt,
+    GlobalCacheOpt,
     IgnoreEosOpt,
     JsonOpt,
     MaxTokOpt,
@@ -32,6 +33,7 @@ from specgen.cli.options import (
     ThreadsOpt,
     TopKOpt,
     TopPOpt,
+    OnOff,
     retold,
 )
 from specgen.errors import SpecgenError
@@ -40,7 +42,7 @@ ReportOpt = Annotated[Optional[Path], typer.Option("--report", metavar="FILE.htm
 
 CONFIG_HELP = (
     "A speculative configuration to compare with plain decoding (repeatable): "
-    "lookup[:k=N,ngram=N,ngram_min=N,policy=P], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P], P = fixed (default), cost or heuristic; with an adaptive policy k is the ceiling. Default: lookup:k=8."
+    "lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P], P = fixed (default), cost or heuristic; with an adaptive policy k is the ceiling. Default: lookup:k=8."
 )
 # The shared options, told as a bench sees them: per request, and the same for every configuration.
 TargetOpt = retold(ModelOpt, "Target model (path, models.toml name or hf: reference). Default: the embedded Gemma 3 270M.")
@@ -52,6 +54,10 @@ RequestTopPOpt = retold(TopPOpt, "Top-p for sampled requests.")
 RequestMinPOpt = retold(MinPOpt, "Min-p for sampled requests.")
 RequestSeedOpt = retold(SeedOpt, "Seed for requests that set none (same for every configuration).", int)
 SummaryJsonOpt = retold(JsonOpt, "Print the summary as one JSON object on stdout.")
+BenchGlobalCacheOpt = retold(
+    GlobalCacheOpt, "on: every suffix configuration also drafts from the earlier requests of its repeat (global=on), "
+    "one index per repeat and configuration (per batch with --concurrency), so no request drafts from its own earlier output.",
+)
 
 
 def bench(
@@ -86,6 +92,7 @@ def bench(
     count: Annotated[Optional[int], typer.Option("--count", help="With --endpoint and --concurrency/--rate: requests per level (the set, cycled; default: its size).")] = None,
     duration: Annotated[Optional[float], typer.Option("--duration", metavar="S", help="With --rate: arrivals stop after S seconds per level.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", metavar="S", help="With --endpoint: seconds allowed per request (a slower one is recorded as failed).")] = 300.0,
+    global_cache: BenchGlobalCacheOpt = OnOff.off,
 ) -> None:
     """Serve a batch of requests plain and speculative, side by side; per-request latency change and speedup.
 
@@ -96,7 +103,8 @@ def bench(
     if endpoint:
         from specgen.cli.bench_http import http_bench
 
-        given = [f for f, v in (("-C/--config", config), ("-m/--model", model), ("-t/--threads", threads)) if v]
+        given = [f for f, v in (("-C/--config", config), ("-m/--model", model), ("-t/--threads", threads),
+                                ("--global-cache on", global_cache == OnOff.on)) if v]
         if given:
             raise SpecgenError(f"{given[0]} configures the in-process bench; with --endpoint the servers are configured")
         return http_bench(
@@ -123,20 +131,21 @@ def bench(
             if on:
                 raise SpecgenError(f"{flag} is not supported with --concurrency")
         levels = B.parse_concurrency(concurrency)
-        return _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed, report)
+        return _sweep(requests, _configs(config, global_cache), levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed, report)
     if limit is not None and limit < 1:
         raise SpecgenError(f"--limit must be >= 1 (got {limit})")
     if resume and out is None:
         raise SpecgenError("--resume needs --out (the record file to continue)")
     if threads is not None and threads < 1:
         raise SpecgenError(f"-t/--threads must be >= 1 (got {threads})")
-    configs = B.parse_configs(config)
+    configs = _configs(config, global_cache)
     reqs = B.load_requests(requests)[:limit]
     for path, flag in ((out, "--out"), (csv_out, "--csv"), (report, "--report")):
         if path is not None:
             _check_writable(path, flag)
 
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers)
+    render.note_translated(any(getattr(d, "translated", False) for d in setup.drafters.values()))
     sink = None
     try:
         names = [c.name for c in setup.configs]
@@ -149,6 +158,7 @@ def bench(
             "threads": setup.target.n_threads,
             "requests": str(requests) if requests else "<bundled>",
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "global_cache": _global_cache_kind(setup.configs, "per-repeat"),
         }
         sink = B.RecordFile(out, meta, resume=resume) if out else _MemorySink()
         done = sink.done_ids()
@@ -159,6 +169,7 @@ def bench(
             f"bench: {len(pending)} requests × {len(names)} configurations × {repeats} repeat{'s' * (repeats > 1)}"
             f" = {runs_total} runs · {setup.target_path.name} · {setup.target.n_threads} threads · max_tokens {max_tokens}"
             + (f" · {len(reqs) - len(pending)} already recorded" if done else "")
+            + _global_cache_note(meta["global_cache"])
         )
         runner = B.Runner(setup, settings)
         prepared = runner.prepare(pending)
@@ -192,7 +203,8 @@ def bench(
             obj = {
                 "model": str(setup.target_path),
                 "configs": names,
-                "settings": {**settings.meta(), "temperature": temp, "seed": seed, "threads": setup.target.n_threads},
+                "settings": {**settings.meta(), "temperature": temp, "seed": seed, "threads": setup.target.n_threads,
+                             "global_cache": meta["global_cache"]},
                 "requests": {"total": len(reqs), "recorded": len(records), "this_run": runner.timing.runs // max(len(names) * repeats, 1)},
                 "interrupted": interrupted,
                 "summary": summary,
@@ -214,7 +226,7 @@ def bench(
         setup.close()
 
 
-def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed, report=None) -> None:
+def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed, report=None) -> None:
     """`specgen bench --concurrency`: the set served at once at each level."""
     from specgen import __version__, bench as B
 
@@ -222,12 +234,12 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
         raise SpecgenError(f"--limit must be >= 1 (got {limit})")
     if threads is not None and threads < 1:
         raise SpecgenError(f"-t/--threads must be >= 1 (got {threads})")
-    configs = B.parse_configs(config)
     reqs = B.load_requests(requests)[:limit]
     for path, flag in ((out, "--out"), (report, "--report")):
         if path is not None:
             _check_writable(path, flag)
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, n_seq_max=max(levels))
+    render.note_translated(any(getattr(d, "translated", False) for d in setup.drafters.values()))
     sink = None
     try:
         names = [c.name for c in setup.configs]
@@ -237,6 +249,7 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
             "specgen": __version__, "model": str(setup.target_path), "configs": names, "concurrency": levels,
             **settings.meta(), "temperature": temp, "threads": setup.target.n_threads,
             "requests": str(requests) if requests else "<bundled>", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "global_cache": _global_cache_kind(setup.configs, "per-batch"),
         }
         sink = B.RecordFile(out, meta, resume=False) if out else _MemorySink()
         con = render.stderr_console(width_when_piped=True)
@@ -245,7 +258,7 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
             f"bench: {len(prepared)} requests served at once at concurrency {', '.join(map(str, levels))} × "
             f"{len(names)} configurations × {settings.repeats} repeat{'s' * (settings.repeats > 1)} = {total} batches · "
             f"{setup.target_path.name} · {setup.target.n_threads} threads · max_tokens {settings.max_tokens} · "
-            f"one context of {setup.target.n_ctx} tokens"
+            f"one context of {setup.target.n_ctx} tokens" + _global_cache_note(meta["global_cache"])
         )
         runner = B.SweepRunner(setup, settings, levels)
         interrupted = False
@@ -270,7 +283,8 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
         if json_out:
             obj = {
                 "model": str(setup.target_path), "configs": names, "concurrency": levels,
-                "settings": {**settings.meta(), "temperature": temp, "seed": seed, "threads": setup.target.n_threads},
+                "settings": {**settings.meta(), "temperature": temp, "seed": seed, "threads": setup.target.n_threads,
+                             "global_cache": meta["global_cache"]},
                 "n_ctx": setup.target.n_ctx, "interrupted": interrupted, "summary": summary,
                 "runs": [{k: v for k, v in r.items() if k != "requests"} for r in records],
                 "out": str(out) if out else None,
@@ -283,6 +297,35 @@ def _sweep(requests, config, levels, settings, out, model, limit, ctx_size, thre
         if sink is not None:
             sink.close()
         setup.close()
+
+
+def _configs(texts, global_cache: OnOff):
+    """The -C configurations; --global-cache on turns global=on for every suffix one."""
+    from dataclasses import replace
+
+    from specgen import bench as B
+    from specgen.cli.options import global_cache_on
+
+    configs = B.parse_configs(texts)
+    if global_cache_on(global_cache, any(c.kind == "suffix" for c in configs), "a suffix configuration (-C suffix)"):
+        configs = [replace(c, global_cache=True) if c.kind == "suffix" else c for c in configs]
+        names = [c.name for c in configs]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice:
+            raise SpecgenError(f"--global-cache on makes two configurations {twice} (drop one -C)")
+    return configs
+
+
+def _global_cache_kind(configs, kind: str) -> str:
+    """What the records say of global suffix indexes: none, or one per repeat (per batch in a sweep)."""
+    return kind if any(c.global_cache for c in configs) else "none"
+
+
+def _global_cache_note(kind: str) -> str:
+    if kind == "none":
+        return ""
+    unit = "repeat" if kind == "per-repeat" else "batch"
+    return f" · global suffix index: one per {unit} and configuration (no request drafts from its own earlier output)"
 
 
 class _MemorySink:

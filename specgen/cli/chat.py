@@ -18,6 +18,8 @@ from specgen.cli.options import (
     CtxOpt,
     DraftMaxOpt,
     DraftOpt,
+    GlobalCacheOpt,
+    JsonOpt,
     LookupOpt,
     MaxTokOpt,
     MinPOpt,
@@ -28,12 +30,15 @@ from specgen.cli.options import (
     NoSpecOpt,
     PairOpt,
     SeedOpt,
+    SuffixOpt,
     TempOpt,
     TemplateOpt,
     ThreadsOpt,
     TopKOpt,
     TopPOpt,
+    OnOff,
     check_max_tokens,
+    global_cache_on,
     read_stdin_bytes,
     retold,
     sampling_params,
@@ -44,6 +49,7 @@ from specgen.errors import SpecgenError
 SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
 ReplyMaxTokOpt = retold(MaxTokOpt, "Tokens per reply at most.")
 ChatTempOpt = retold(TempOpt, "Temperature; 0 = greedy. 0.7 keeps a small model from looping; --seed makes it reproducible.")
+ChatJsonOpt = retold(JsonOpt, "When stdout is not a terminal: one JSON object per turn on stdout (the reply and its numbers, as run --json), nothing else.")
 RewriteMaxTokOpt = retold(MaxTokOpt, "Tokens to generate at most (default: twice the file's, within the context).", Optional[int])
 RewriteTemplateOpt = retold(
     TemplateOpt, "auto (the GGUF's chat template, else a completion-style prompt), none, gguf, gemma, plain, or a Jinja file."
@@ -70,15 +76,19 @@ class _ChatState:
 
     loaded: object  # the loader's models
     model_drafter: object  # the draft model's drafter, None without -d
-    lookup_drafter: object
+    lookup_drafter: object  # the model-free drafter: prompt lookup, or the suffix index (--suffix)
     spec: bool
     use_lookup: bool
     k: int
     fixed_k: bool  # -k or /k given: exactly k a round; else the loader's policy up to k
     policy: object = None
+    free_mode: str = "lookup"  # what lookup_drafter is: lookup | suffix
 
     def mode(self) -> str:
-        return "plain" if not self.spec else "lookup" if self.use_lookup else "draft"
+        return "plain" if not self.spec else self.free_mode if self.use_lookup else "draft"
+
+    def free_label(self) -> str:
+        return "prompt lookup" if self.free_mode == "lookup" else "the suffix index"
 
     def drafter(self):
         return (self.lookup_drafter if self.use_lookup else self.model_drafter) if self.spec else None
@@ -118,16 +128,27 @@ def _command(cmd, state: _ChatState, conv, session, n_ctx: int, system: str | No
             state.use_lookup = False
             note(f"drafting with the draft model {state.loaded.draft_path.name}")
         elif state.use_lookup and state.spec:
-            note("already drafting by prompt lookup")
+            note(f"already drafting by {state.free_label()}")
         else:
             state.use_lookup = True
-            note("drafting by prompt lookup")
+            note(f"drafting by {state.free_label()}")
         state.spec = True
         state.new_policy()
     elif cmd.name == "reset":
         conv.reset()
         note("conversation reset" + (" (the system prompt stays)" if system else ""))
     return True
+
+
+def _follow_with_status(gen, stream) -> bool:
+    """A reply, streamed, with run's live status line on a terminal's stderr, cleared before the next prompt."""
+    status = render.StatusLine()
+    start = time.perf_counter()
+    status.start()
+    try:
+        return render.follow(gen, stream, lambda st, r: status.show(render.round_status(st, r, time.perf_counter() - start)))
+    finally:
+        status.stop()
 
 
 def _read_line(interactive: bool) -> str | None:
@@ -164,6 +185,9 @@ def chat(
     ngram_max: NgramMaxOpt = NGRAM_MAX,
     ngram_min: NgramMinOpt = 1,
     template: TemplateOpt = None,
+    suffix: SuffixOpt = False,
+    global_cache: GlobalCacheOpt = OnOff.off,
+    json_out: ChatJsonOpt = False,
 ) -> None:
     """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
     from specgen.chat import ContextFull, Conversation, format_for, message_text, parse_command
@@ -175,8 +199,12 @@ def chat(
     note = render.note
     check_max_tokens(max_tokens)
     params = sampling_params(temp, top_k, top_p, min_p, seed)
-    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min)
+    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
+                        drafter="suffix" if suffix else None, global_cache=global_cache_on(global_cache, suffix))
     opts.validate()
+    json_turns = json_out and not sys.stdout.isatty()
+    if json_out and not json_turns:
+        note("--json: stdout is a terminal, so the replies are shown as text")
     interactive = sys.stdin is not None and sys.stdin.isatty()
     if interactive:
         try:
@@ -184,6 +212,7 @@ def chat(
         except ImportError:
             pass
     loaded = open_models(opts)
+    render.note_translated(loaded.translated)
     try:
         target = loaded.target
         fmt = format_for(target, template)
@@ -191,11 +220,12 @@ def chat(
         model_drafter = loaded.drafter if loaded.mode == "draft" else None
         state = _ChatState(
             loaded, model_drafter,
-            lookup_drafter=loaded.drafter if loaded.mode == "lookup" else PromptLookup(ngram_max, ngram_min),
+            lookup_drafter=loaded.drafter if loaded.mode in ("lookup", "suffix") else PromptLookup(ngram_max, ngram_min),
             spec=loaded.mode != "plain",
             use_lookup=model_drafter is None,
             k=loaded.draft_max or draft_max or DEFAULT_DRAFT_MAX["draft" if model_drafter else "lookup"],
             fixed_k=draft_max is not None,
+            free_mode="suffix" if loaded.mode == "suffix" else "lookup",
         )
         state.new_policy()
         session = Stats()
@@ -239,21 +269,26 @@ def chat(
             cached = min(common_prefix(target.kv_tokens(0), prompt), len(prompt) - 1)
             turn_params = replace(params, seed=seed + turn) if seed is not None else params
             drafter = state.drafter()
-            stream = render.TextStream(target, sys.stdout, fmt.stop)
+            stream = render.TextStream(target, None if json_turns else sys.stdout, fmt.stop)
             try:
                 gen = Generation(
                     target, prompt, drafter, draft_max=state.k if drafter else 0,
                     max_tokens=min(max_tokens, target.n_ctx - len(prompt)), params=turn_params,
                     policy=state.policy if drafter else None,
                 )
-                interrupted = render.follow(gen, stream)
+                interrupted = _follow_with_status(gen, stream)
             except SpecgenError as exc:  # a failed reply ends the turn, not the chat
-                sys.stdout.write("\n")
+                if not json_turns:
+                    sys.stdout.write("\n")
                 conv.drop_pending_user()
                 note(f"error: {exc}")
                 continue
             turn += 1
-            if not "".join(stream.written).endswith("\n"):
+            if json_turns:
+                obj = render.generation_json(stream.text, gen.tokens, state.mode(), gen.stats, state.k if drafter else 0,
+                                             getattr(state.policy, "name", "fixed") if drafter else "fixed")
+                render.write_json({"turn": turn, **obj})
+            elif not "".join(stream.written).endswith("\n"):
                 sys.stdout.write("\n")  # one reply, one or more whole lines
                 sys.stdout.flush()
             if interrupted and not gen.tokens:
@@ -321,6 +356,7 @@ def rewrite(
     src = rw.read_source(file, read_stdin_bytes, rw.max_bytes_for(ctx_size))
     plan = rw.plan_output(src, output, in_place, no_backup)
     loaded = open_models(opts)
+    render.note_translated(loaded.translated)
     try:
         target = loaded.target
         use_template = template or "auto"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import sys
 import typing
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +29,18 @@ NgramMaxOpt = Annotated[int, typer.Option("--ngram-max", help="Longest n-gram pr
 NgramMinOpt = Annotated[int, typer.Option("--ngram-min", help="Shortest n-gram prompt lookup matches.")]
 AdaptiveOpt = Annotated[Optional[str], typer.Option("--adaptive", help="Draft-length policy: cost (default; k = 0 … k_max by expected tokens/s from measured costs), heuristic, or fixed (the default when -k is given).")]
 PMinOpt = Annotated[float, typer.Option("--p-min", help="Draft model: stop drafting when its top probability drops below this.")]
+SuffixOpt = Annotated[bool, typer.Option("--suffix", help="Draft from a suffix index: the longest earlier match of the context, of any length.")]
+
+
+class OnOff(str, Enum):
+    on = "on"
+    off = "off"
+
+
+GlobalCacheOpt = Annotated[OnOff, typer.Option(
+    "--global-cache", case_sensitive=False,
+    help="With --suffix: also draft from what earlier requests of this process generated (chat turns, server requests), "
+         "in one bounded index; off: each request drafts from its own prompt and output only.")]
 TemplateOpt = Annotated[Optional[str], typer.Option("--template", help="Chat template: auto (the GGUF's, else a built-in by family), gguf, gemma, plain, or a Jinja file.")]
 
 # -- generation and sampling --------------------------------------------------------
@@ -100,6 +113,14 @@ def read_prompt(prompt: str | None, file: Path | None) -> str:
 def check_max_tokens(max_tokens: int | None) -> None:
     if max_tokens is not None and max_tokens < 1:
         raise SpecgenError(f"-n/--max-tokens must be >= 1 (got {max_tokens})")
+
+
+def global_cache_on(value: OnOff | str, suffix: bool, needs: str = "--suffix") -> bool:
+    """--global-cache as a bool; on is refused without the suffix drafter, the only one that keeps an index."""
+    on = OnOff(value) == OnOff.on
+    if on and not suffix:
+        raise SpecgenError(f"--global-cache on needs {needs} (only the suffix index drafts from earlier requests)")
+    return on
 
 
 def sampling_params(temp: float, top_k: int, top_p: float, min_p: float, seed: int | None):

@@ -51,6 +51,37 @@ def note(line: str) -> None:
     sys.stderr.flush()
 
 
+TRANSLATED_DRAFT = "the draft's vocabulary differs from the target's: drafting through text (lossless)"
+
+
+def note_translated(translated: bool) -> None:
+    """The one line every command prints when its draft model drafts through text."""
+    if translated:
+        note(TRANSLATED_DRAFT)
+
+
+def write_json(obj: dict) -> None:
+    """One JSON object, one line, on stdout."""
+    import json
+
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def generation_json(text: str, tokens: list[int], mode: str, st: Stats, draft_max: int, policy: str) -> dict:
+    """One generation as `run --json` (and each `chat --json` turn) reports it."""
+    return {
+        "text": text,
+        "tokens": list(tokens),
+        "mode": mode,
+        "prompt_tokens": st.prompt_tokens,
+        "generated_tokens": st.generated,
+        "stop_reason": st.stop_reason,
+        "timings": st.timings(),
+        "spec": {**st.spec(draft_max), "policy": policy},
+    }
+
+
 def pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
 

@@ -30,6 +30,7 @@ from specgen.cli.options import (
     PairOpt,
     PMinOpt,
     SeedOpt,
+    SuffixOpt,
     TempOpt,
     ThreadsOpt,
     TopKOpt,
@@ -65,7 +66,7 @@ def run(
     adaptive: AdaptiveOpt = None,
     p_min: PMinOpt = 0.0,
     json_out: JsonOpt = False,
-    suffix: Annotated[bool, typer.Option("--suffix", help="Draft from a suffix index: the longest earlier match of the context, of any length.")] = False,
+    suffix: SuffixOpt = False,
 ) -> None:
     """Generate a completion, streaming tokens; stats on stderr."""
     from specgen.decoding import Generation
@@ -78,8 +79,7 @@ def run(
     opts.validate()
     text_in = read_prompt(prompt, file)
     loaded = open_models(opts)
-    if loaded.translated:
-        render.note("the draft's vocabulary differs from the target's: drafting through text (lossless)")
+    render.note_translated(loaded.translated)
     try:
         target = loaded.target
         tokens = target.tokenize(text_in)
@@ -103,18 +103,8 @@ def run(
                 status.stop()
         st = gen.stats
         if json_out:
-            obj = {
-                "text": target.detokenize(gen.tokens),
-                "tokens": gen.tokens,
-                "mode": loaded.mode,
-                "prompt_tokens": st.prompt_tokens,
-                "generated_tokens": st.generated,
-                "stop_reason": st.stop_reason,
-                "timings": st.timings(),
-                "spec": {**st.spec(loaded.draft_max), "policy": loaded.policy_name},
-            }
-            sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-            sys.stdout.flush()
+            render.write_json(render.generation_json(target.detokenize(gen.tokens), gen.tokens, loaded.mode, st,
+                                                     loaded.draft_max, loaded.policy_name))
         else:
             if sys.stdout.isatty() and stream.text and not stream.text.endswith("\n"):
                 sys.stdout.write("\n")

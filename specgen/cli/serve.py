@@ -17,9 +17,9 @@ from typing_extensions import Annotated
 
 import specgen.cli.render as render
 from specgen.cli.options import (
-    AdaptiveOpt, CtxOpt, DraftMaxOpt, DraftOpt, IgnoreEosOpt, LookupOpt, MaxTokOpt, MinPOpt, ModelOpt, NglOpt,
-    NgramMaxOpt, NgramMinOpt, NoSpecOpt, PairOpt, PMinOpt, SeedOpt, TempOpt, TemplateOpt, ThreadsOpt, TopKOpt, TopPOpt,
-    retold, sampling_params,
+    AdaptiveOpt, CtxOpt, DraftMaxOpt, DraftOpt, GlobalCacheOpt, IgnoreEosOpt, LookupOpt, MaxTokOpt, MinPOpt, ModelOpt, NglOpt,
+    NgramMaxOpt, NgramMinOpt, NoSpecOpt, OnOff, PairOpt, PMinOpt, SeedOpt, SuffixOpt, TempOpt, TemplateOpt, ThreadsOpt, TopKOpt,
+    TopPOpt, global_cache_on, retold, sampling_params,
 )
 from specgen.drafters import NGRAM_MAX
 
@@ -56,6 +56,8 @@ def serve(
     api_key: Annotated[Optional[str], typer.Option("--api-key", help=f"Require 'Authorization: Bearer KEY' (or set {API_KEY_ENV}).")] = None,
     grace: Annotated[float, typer.Option("--grace", help="Seconds running requests may take to finish after SIGINT/SIGTERM.")] = 10.0,
     template: ServeTemplateOpt = None,
+    suffix: SuffixOpt = False,
+    global_cache: GlobalCacheOpt = OnOff.off,
 ) -> None:
     """Serve the OpenAI API (chat and completions) with speculative decoding and continuous batching."""
     from specgen.chat import format_for
@@ -75,13 +77,15 @@ def serve(
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     params = sampling_params(temp, top_k, top_p, min_p, seed)
     opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
-                        adaptive=adaptive, p_min=p_min)
+                        adaptive=adaptive, p_min=p_min, drafter="suffix" if suffix else None,
+                        global_cache=global_cache_on(global_cache, suffix))
     opts.validate()
     con = render.stderr_console()
     sock = listen(host, port)  # before loading: a taken port fails at once
     serving = engine = None
     try:
         serving = open_serving(opts, parallel, ignore_eos=ignore_eos)
+        render.note_translated(serving.translated)
         try:
             fmt = format_for(serving.target, template)
         except SpecgenError:
@@ -96,6 +100,7 @@ def serve(
         engine.start()
         bound = sock.getsockname()
         k = f" k≤{serving.draft_max} ({serving.policy_name})" if serving.draft_max else ""
+        k += " · global index over earlier requests" if opts.global_cache else ""
         con.print(
             f"specgen serve: {serving.model_id} · {serving.mode}{k} · {parallel} slots, queue {queue}"
             f"{' · API key required' if api_key else ''}", highlight=False,

@@ -28,6 +28,7 @@ class Serving:
     new_server: Callable[[], object]
     ignore_eos: bool = False
     owned: list = field(default_factory=list)  # engines to close
+    translated: bool = False  # the draft model drafts through text (another vocabulary)
 
     def close(self) -> None:
         for e in reversed(self.owned):
@@ -70,7 +71,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
 
     owned = [e for e in (loaded.draft_engine, target) if e is not None]
     return Serving(target, loaded.mode, k, loaded.policy_name, _model_id(loaded.target_path), parallel, new_server,
-                   ignore_eos, owned)
+                   ignore_eos, owned, translated=loaded.translated)
 
 
 def _model_id(path: Path) -> str:
