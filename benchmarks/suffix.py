@@ -103,8 +103,13 @@ def run_one(target, prompt, drafter, n, k_max, tree_width=1):
 
     k = k_max if drafter is not None else 0
     policy = make_policy("cost", k, target) if k else None
-    kw = {"tree_width": tree_width} if tree_width > 1 else {}
-    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy, **kw)
+    if tree_width > 1:
+        from specgen.treedecode import TreeGeneration
+
+        gen = TreeGeneration(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy,
+                             tree_width=tree_width)
+    else:
+        gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
     rounds = iter(gen)
     next(rounds)  # the prefill round: decode speed counts what comes after it
     cpu0, c0 = _cpu_s(), _IN_LLAMA[0]
@@ -112,7 +117,8 @@ def run_one(target, prompt, drafter, n, k_max, tree_width=1):
         pass
     cpu, in_llama = _cpu_s() - cpu0, _IN_LLAMA[0] - c0
     st = gen.stats
-    return {"tokens_per_s": st.tokens_per_s, "cpu_tokens_per_s": (st.generated - 1) / cpu if cpu > 0 else float("nan"), "generated": st.generated, "rounds": st.rounds,
+    extra = {"tree_rounds": gen.tree_rounds, "tree_accepts": gen.tree_accepts} if tree_width > 1 else {}
+    return {**extra, "tokens_per_s": st.tokens_per_s, "cpu_tokens_per_s": (st.generated - 1) / cpu if cpu > 0 else float("nan"), "generated": st.generated, "rounds": st.rounds,
             "drafted": st.drafted, "accepted": st.accepted, "draft_s": st.draft_s, "decode_s": st.decode_s,
             "python_share": max(st.decode_s - in_llama, 0.0) / st.decode_s if st.decode_s > 0 else float("nan"),
             "prompt_tokens": len(prompt), "k_hist": st.k_hist, "tokens": gen.tokens}
@@ -203,6 +209,10 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def config_drafter_width(c) -> int:
+    return int(c.partition("@w")[2] or 1)
+
+
 def config_drafter(c):
     """(drafter, tree width) of a specgen config; `NAME@wW` drafts trees of width W."""
     base, _, w = c.partition("@w")
@@ -282,6 +292,10 @@ def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
             shares = [x["python_share"] for x in rs if "python_share" in x]
             if shares:
                 row["python_share"] = statistics.mean(shares)
+            if "tree_rounds" in rs[0]:  # rounds that verified several branches; of those, won off branch 0
+                tr = sum(x["tree_rounds"] for x in rs)
+                row["tree_rounds"] = tr / sum(x["rounds"] for x in rs)
+                row["off_main"] = sum(x["tree_accepts"] for x in rs) / tr if tr else 0.0
         llama = [c2 for c2 in names if c2.startswith("llama:")]
         if llama and not c.startswith("llama:"):
             best = [max(med[r][c2] for c2 in llama) for r in rids]
@@ -301,7 +315,7 @@ def print_table(summary):
     print(f"\n## {summary['workload']} ({summary['requests']} requests; {summary['measure']})")
     cols = ["median_tokens_per_s", "geomean_vs_plain", "min_vs_plain", "geomean_vs_lookup", "min_vs_lookup",
             "geomean_vs_llama_best", "min_vs_llama_best", "worst_vs_llama_best", "acceptance", "mean_accepted_len",
-            "draft_share", "python_share", "differs_from_plain"]
+            "draft_share", "python_share", "tree_rounds", "off_main", "differs_from_plain"]
     cols = [c for c in cols if any(c in row for row in summary["configs"].values())]
     print("| config | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
@@ -351,7 +365,11 @@ def main(argv=None) -> None:
     report = {"command": " ".join(sys.argv), "start": args.start, "model": str(model_path), "threads": args.threads, "n": args.n,
               "repeats": args.repeats, "k_max": args.k_max, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "workloads": {}}
-    with Engine(model_path, n_ctx=args.ctx, n_threads=args.threads) as target:
+    width = max(config_drafter_width(c) for c in args.configs)
+    # trees need sequences for their branches in one unified cache: then every config runs on it
+    kw = {"n_seq_max": width, "kv_unified": True} if width > 1 else {}
+    report["engine"] = kw
+    with Engine(model_path, n_ctx=args.ctx, n_threads=args.threads, **kw) as target:
         for w in chosen:
             reqs = workloads[w]()
             reqs = reqs[:: args.stride]
