@@ -231,3 +231,17 @@ def test_tree_generation_refuses_a_split_cache():
 
     with pytest.raises(SpecgenError, match="kv_unified"):
         TreeGeneration(Split(), [1, 2, 3], SuffixDrafter(), draft_max=4, tree_width=2)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"tree_width": 2}, "needs --suffix"),
+    ({"tree_width": 0, "drafter": "suffix"}, ">= 1"),
+    ({"tree_width": 2, "drafter": "suffix", "n_seq": 4}, "one sequence"),
+])
+def test_tree_width_bad_options(kw, message):
+    from specgen.errors import SpecgenError
+    from specgen.loader import ModelOptions
+
+    with pytest.raises(SpecgenError, match=message):
+        ModelOptions(**kw).validate()
+    ModelOptions(tree_width=3, drafter="suffix").validate()
