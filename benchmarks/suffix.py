@@ -27,6 +27,7 @@ import math
 import re
 import resource
 import statistics
+from collections import Counter
 import subprocess
 import sys
 import tempfile
@@ -96,23 +97,54 @@ def make_drafter(name: str):
     return SuffixDrafter(global_cache="+global" in name, choice=choice)
 
 
-def run_one(target, prompt, drafter, n, k_max):
+def run_one(target, prompt, drafter, n, k_max, tree_width=1):
     from specgen.decoding import Generation
     from specgen.loader import make_policy
 
     k = k_max if drafter is not None else 0
     policy = make_policy("cost", k, target) if k else None
-    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
+    if tree_width > 1:
+        from specgen.treedecode import TreeGeneration
+
+        gen = TreeGeneration(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy,
+                             tree_width=tree_width)
+    else:
+        gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
     rounds = iter(gen)
     next(rounds)  # the prefill round: decode speed counts what comes after it
-    cpu0 = _cpu_s()
+    cpu0, c0 = _cpu_s(), _IN_LLAMA[0]
     for _ in rounds:
         pass
-    cpu = _cpu_s() - cpu0
+    cpu, in_llama = _cpu_s() - cpu0, _IN_LLAMA[0] - c0
     st = gen.stats
-    return {"tokens_per_s": st.tokens_per_s, "cpu_tokens_per_s": (st.generated - 1) / cpu if cpu > 0 else float("nan"), "generated": st.generated, "rounds": st.rounds,
+    extra = {"tree_rounds": gen.tree_rounds, "tree_accepts": gen.tree_accepts} if tree_width > 1 else {}
+    return {**extra, "tokens_per_s": st.tokens_per_s, "cpu_tokens_per_s": (st.generated - 1) / cpu if cpu > 0 else float("nan"), "generated": st.generated, "rounds": st.rounds,
             "drafted": st.drafted, "accepted": st.accepted, "draft_s": st.draft_s, "decode_s": st.decode_s,
-            "k_hist": st.k_hist, "tokens": gen.tokens}
+            "python_share": max(st.decode_s - in_llama, 0.0) / st.decode_s if st.decode_s > 0 else float("nan"),
+            "prompt_tokens": len(prompt), "k_hist": st.k_hist, "tokens": gen.tokens}
+
+
+_IN_LLAMA = [0.0]  # seconds inside llama_decode / llama_get_logits (the rest of a round is Python's)
+
+
+def _time_llama() -> None:
+    """Wrap llama.cpp's decode and logits calls with a clock: Python time per round is
+    the decode time outside them (drafting, acceptance, argmax, bookkeeping)."""
+    import llama_cpp
+
+    for name in ("llama_decode", "llama_get_logits"):
+        fn = getattr(llama_cpp, name)
+        if getattr(fn, "_timed", False):
+            continue
+
+        def timed(*a, _fn=fn):
+            t = time.perf_counter()
+            try:
+                return _fn(*a)
+            finally:
+                _IN_LLAMA[0] += time.perf_counter() - t
+        timed._timed = True
+        setattr(llama_cpp, name, timed)
 
 
 def _cpu_s() -> float:
@@ -136,16 +168,26 @@ def modelled_tokens_per_s(r, curve):
 
 # -- llama.cpp ------------------------------------------------------------------
 
-LLAMA_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+# every model-free type of llama.cpp: `lookup` is the llama-lookup tool (n-gram caches
+# over the prompt and output), the rest llama-speculative-simple --spec-type TYPE
+LLAMA_TYPES = ("lookup", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+
+
+def llama_tools_ok(tools) -> bool:
+    return bool(tools) and all((Path(tools) / t).exists() for t in ("llama-speculative-simple", "llama-lookup"))
 
 
 def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(text + "\n")  # llama.cpp's -f drops one trailing newline: the same tokens as specgen's
+    if spec_type == "lookup":
+        cmd = [str(Path(tools) / "llama-lookup")]
+    else:
+        cmd = [str(Path(tools) / "llama-speculative-simple"), "--spec-type", spec_type]
     out = subprocess.run(
-        [str(Path(tools) / "llama-speculative-simple"), "-m", str(model), "-f", f.name, "-n", str(n),
-         "-t", str(threads), "-c", str(ctx), "--temp", "0", "--ignore-eos", "--spec-type", spec_type,
-         "--spec-draft-n-max", str(k_max)],
+        # -n n - 1: llama.cpp counts the prompt's first sampled token apart ("decoded n + 1")
+        cmd + ["-m", str(model), "-f", f.name, "-n", str(n - 1), "-t", str(threads), "-c", str(ctx),
+               "--temp", "0", "--ignore-eos", "--spec-draft-n-max", str(k_max)],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
     )
     Path(f.name).unlink()
@@ -154,7 +196,9 @@ def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
     if out.returncode != 0 or not m:
         return {"error": (log.strip().splitlines() or ["no output"])[-1]}
     acc = re.search(r"accept\s+=\s+([\d.]+)%", log)
+    enc = re.search(r"encoded\s+(\d+) tokens", log)
     return {"tokens_per_s": float(m.group(3)), "generated": int(m.group(1)),
+            "prompt_tokens": int(enc.group(1)) if enc else None,
             "acceptance": float(acc.group(1)) / 100 if acc else None}
 
 
@@ -165,23 +209,43 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def bench_workload(name, requests, target, model_path, args, save=None):
+def config_drafter_width(c) -> int:
+    return int(c.partition("@w")[2] or 1)
+
+
+def config_drafter(c):
+    """(drafter, tree width) of a specgen config; `NAME@wW` drafts trees of width W."""
+    base, _, w = c.partition("@w")
+    return make_drafter(base), int(w or 1)
+
+
+def bench_workload(name, requests, target, model_path, args, save=None, start=0):
+    """Requests[start:] timed; requests[:start] only warm the global indexes (generated
+    untimed through each global config's drafter, as the earlier part of the sequence)."""
     configs = list(args.configs)
-    tools = args.tools if args.tools and (Path(args.tools) / "llama-speculative-simple").exists() else None
+    tools = args.tools if llama_tools_ok(args.tools) else None
     names = configs + ([f"llama:{t}" for t in LLAMA_TYPES] if tools else [])
     prompts = [(rid, text, target.tokenize(text)) for rid, text in requests]
-    results = {rid: {c: [] for c in names} for rid, _, _ in prompts}
+    results = {rid: {c: [] for c in names} for rid, _, _ in prompts[start:]}
     for rep in range(args.repeats):
-        drafters = {c: make_drafter(c) for c in configs}  # global caches start empty every pass
-        for i, (rid, text, toks) in enumerate(prompts):
+        drafters = {c: config_drafter(c) for c in configs}  # global caches start empty every pass
+        for rid, text, toks in prompts[:start]:
+            for c in configs:
+                if "+global" in c:
+                    run_one(target, toks, drafters[c][0], args.n, args.k_max, drafters[c][1])
+        for i, (rid, text, toks) in enumerate(prompts[start:], start):
             order = names[i % len(names):] + names[: i % len(names)]
             if rep % 2:
                 order.reverse()
             for c in order:
                 if c.startswith("llama:"):
                     r = llama_spec(tools, model_path, text, c.split(":", 1)[1], args.n, args.threads, args.ctx, args.k_max)
+                    if r.get("prompt_tokens") not in (None, len(toks)):
+                        r["error"] = f"llama.cpp saw {r['prompt_tokens']} prompt tokens, specgen {len(toks)}"
+                        print(f"warning: {rid} {c}: {r['error']}", file=sys.stderr)
                 else:
-                    r = run_one(target, toks, drafters[c], args.n, args.k_max)
+                    d, w = drafters[c]
+                    r = run_one(target, toks, d, args.n, args.k_max, w)
                 results[rid][c].append(r)
             plain = results[rid]["plain"][-1]["tokens"]
             for c in configs:  # greedy: a draft changes the output only at a near-tie of batched rows
@@ -192,7 +256,7 @@ def bench_workload(name, requests, target, model_path, args, save=None):
             print(f"[{name} rep {rep + 1}/{args.repeats}] {rid} ({len(toks)} prompt tokens): {line}", file=sys.stderr, flush=True)
             if save:  # partial results survive an interrupted run
                 save(results)
-    rids = [rid for rid, _, _ in prompts]
+    rids = [rid for rid, _, _ in prompts[start:]]
     return summarise(name, rids, results, names), results
 
 
@@ -225,26 +289,41 @@ def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
             row["mean_accepted_len"] = sum(x["generated"] for x in rs) / sum(x["rounds"] for x in rs)
             row["draft_share"] = sum(x["draft_s"] for x in rs) / max(sum(x["decode_s"] for x in rs), 1e-9)
             row["differs_from_plain"] = sum(not x["same_as_plain"] for x in rs)
+            shares = [x["python_share"] for x in rs if "python_share" in x]
+            if shares:
+                row["python_share"] = statistics.mean(shares)
+            if "tree_rounds" in rs[0]:  # rounds that verified several branches; of those, won off branch 0
+                tr = sum(x["tree_rounds"] for x in rs)
+                row["tree_rounds"] = tr / sum(x["rounds"] for x in rs)
+                row["off_main"] = sum(x["tree_accepts"] for x in rs) / tr if tr else 0.0
         llama = [c2 for c2 in names if c2.startswith("llama:")]
         if llama and not c.startswith("llama:"):
             best = [max(med[r][c2] for c2 in llama) for r in rids]
             ratio_b = [med[r][c] / b for r, b in zip(rids, best)]
             row["geomean_vs_llama_best"] = geomean(ratio_b)
             row["min_vs_llama_best"] = min(ratio_b)
+            row["worst_vs_llama_best"] = rids[ratio_b.index(min(ratio_b))]
         out["configs"][c] = row
+    llama = [c for c in names if c.startswith("llama:")]
+    if llama:  # which of llama.cpp's types won each request
+        wins = Counter(max(llama, key=lambda c2: med[r][c2]) for r in rids)
+        out["llama_best_type"] = dict(wins.most_common())
     return out
 
 
 def print_table(summary):
     print(f"\n## {summary['workload']} ({summary['requests']} requests; {summary['measure']})")
     cols = ["median_tokens_per_s", "geomean_vs_plain", "min_vs_plain", "geomean_vs_lookup", "min_vs_lookup",
-            "geomean_vs_llama_best", "min_vs_llama_best", "acceptance", "mean_accepted_len", "draft_share", "differs_from_plain"]
+            "geomean_vs_llama_best", "min_vs_llama_best", "worst_vs_llama_best", "acceptance", "mean_accepted_len",
+            "draft_share", "python_share", "tree_rounds", "off_main", "differs_from_plain"]
     cols = [c for c in cols if any(c in row for row in summary["configs"].values())]
     print("| config | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for c, row in summary["configs"].items():
         cells = [f"{row[k]:.3g}" if isinstance(row.get(k), float) else str(row.get(k, "")) for k in cols]
         print(f"| {c} | " + " | ".join(cells) + " |")
+    if "llama_best_type" in summary:
+        print(f"llama.cpp's best type per request: {summary['llama_best_type']}")
 
 
 def main(argv=None) -> None:
@@ -258,7 +337,10 @@ def main(argv=None) -> None:
     ap.add_argument("--k-max", type=int, default=16, help="ceiling of the cost policy's k (and llama.cpp's --spec-draft-n-max)")
     ap.add_argument("--limit", type=int, default=0, help="first N requests of each workload only")
     ap.add_argument("--stride", type=int, default=1, help="every Nth request only (all categories, fewer runs)")
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    ap.add_argument("--start", type=int, default=0,
+                    help="time requests from the Nth on (after --stride); the earlier ones only warm the global indexes")
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS),
+                    help=f"of {', '.join(CONFIGS)}; NAME@wW: draft trees of width W")
     ap.add_argument("--tools", default="/tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin",
                     help="llama.cpp's build/bin: llama-speculative-simple runs beside when it exists")
     ap.add_argument("--out", type=Path, default=None)
@@ -267,8 +349,12 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.summarise:
         return summarise_files(args.summarise)
+    bad = [c for c in args.configs if c.partition("@w")[0] not in CONFIGS]
+    if bad:
+        ap.error(f"unknown config {bad[0]} (choose from {', '.join(CONFIGS)}, optionally NAME@wW)")
     if "plain" not in args.configs:
         args.configs.insert(0, "plain")
+    _time_llama()
 
     from specgen.engine import Engine
     from specgen.registry import resolve_model
@@ -276,10 +362,14 @@ def main(argv=None) -> None:
     model_path = resolve_model(args.model)
     workloads = {"bundled": bundled_requests, "agent": agent_requests}
     chosen = list(workloads) if args.workload == "both" else [args.workload]
-    report = {"command": " ".join(sys.argv), "model": str(model_path), "threads": args.threads, "n": args.n,
+    report = {"command": " ".join(sys.argv), "start": args.start, "model": str(model_path), "threads": args.threads, "n": args.n,
               "repeats": args.repeats, "k_max": args.k_max, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "workloads": {}}
-    with Engine(model_path, n_ctx=args.ctx, n_threads=args.threads) as target:
+    width = max(config_drafter_width(c) for c in args.configs)
+    # trees need sequences for their branches in one unified cache: then every config runs on it
+    kw = {"n_seq_max": width, "kv_unified": True} if width > 1 else {}
+    report["engine"] = kw
+    with Engine(model_path, n_ctx=args.ctx, n_threads=args.threads, **kw) as target:
         for w in chosen:
             reqs = workloads[w]()
             reqs = reqs[:: args.stride]
@@ -290,7 +380,7 @@ def main(argv=None) -> None:
                     report["workloads"][w] = {"partial": True, "results": results}
                     args.out.write_text(json.dumps(report, indent=1))
 
-            summary, results = bench_workload(w, reqs, target, model_path, args, save)
+            summary, results = bench_workload(w, reqs, target, model_path, args, save, args.start)
             report["workloads"][w] = {"summary": summary, "results": results}
             print_table(summary)
             if args.out:
@@ -298,21 +388,24 @@ def main(argv=None) -> None:
 
 
 def summarise_files(paths) -> None:
-    """Tables from saved runs: the requests every config finished, measured and modelled."""
+    """Tables from saved runs (chunks of one run merge per workload): the requests every
+    config finished, measured and modelled."""
     from specgen.costs import cost_profile
     from specgen.engine import Engine
 
+    merged: dict[str, dict] = {}
     for path in paths:
         report = json.loads(Path(path).read_text())
-        print(f"\n# {path}: {report['command']}")
-        with Engine(Path(report["model"]), n_ctx=512, n_threads=report["threads"]) as e:
-            curve = cost_profile(e)["verify_s"]  # the cached profile, measured on a quiet machine
+        print(f"# {path}: {report['command']}")
         for w, data in report["workloads"].items():
-            results = data["results"]
-            names = list(next(iter(results.values())))
-            rids = [rid for rid, per in results.items() if all(per[c] for c in names)]
-            for key in ("tokens_per_s", "cpu_tokens_per_s", "model_tokens_per_s"):
-                print_table(summarise(w, rids, results, names, curve, key))
+            merged.setdefault(w, {}).update(data["results"])
+    with Engine(Path(report["model"]), n_ctx=512, n_threads=report["threads"]) as e:
+        curve = cost_profile(e)["verify_s"]  # the cached profile, measured on a quiet machine
+    for w, results in merged.items():
+        names = list(next(iter(results.values())))
+        rids = [rid for rid, per in results.items() if all(per.get(c) for c in names)]
+        for key in ("tokens_per_s", "cpu_tokens_per_s", "model_tokens_per_s"):
+            print_table(summarise(w, rids, results, names, curve, key))
 
 
 if __name__ == "__main__":

@@ -306,6 +306,90 @@ class Engine:
             self._kv_valid[seq] = True
         return views
 
+    # -- draft trees --------------------------------------------------------
+    def decode_tree(self, seq: int, scratch: Sequence[int], last: int, tokens: Sequence[int],
+                    parents: Sequence[int]) -> tuple[np.ndarray, list[int]]:
+        """Verify a draft tree in one llama_decode; logits on every row.
+
+        Row 0 is `last` (appended to `seq` at the next position), row i + 1 is
+        node i (`parents[i]`: its parent node, -1 for the root, parents before
+        children). Each leaf's path is a sequence: the first leaf's is `seq`,
+        the others' the `scratch` ids, which get `seq`'s cache (metadata only
+        in a unified cache) before the pass. A row carries the ids of every
+        leaf below it, its first id is one of them, and llama.cpp masks by a
+        row's first id and by position: each row sees its own ancestors only.
+        Needs kv_unified and n_seq_max > max(scratch). Returns the
+        (1 + len(tokens), n_vocab) logits view and each leaf's sequence id
+        (`leaf_seq[j]` for the j-th leaf in node order); `keep_path` settles.
+        """
+        if not self.kv_unified:
+            raise SpecgenError("draft trees need a unified KV cache (Engine(kv_unified=True))")
+        n = len(tokens)
+        has_child = set(parents)
+        leaves = [i for i in range(n) if i not in has_child]
+        ids = [seq, *scratch][: max(len(leaves), 1)]
+        if len(ids) < len(leaves):
+            raise ValueError(f"a tree of {len(leaves)} leaves needs {len(leaves) - 1} scratch sequences")
+        if 1 + n > self.n_batch:
+            raise ValueError(f"batch of {1 + n} rows exceeds n_batch={self.n_batch}")
+        below: list[list[int]] = [[] for _ in range(n)]  # leaf sequence ids under each node
+        depth = [0] * n
+        for i, par in enumerate(parents):
+            depth[i] = 1 if par < 0 else depth[par] + 1
+        for j, leaf in enumerate(leaves):
+            v = leaf
+            while v >= 0:
+                below[v].append(ids[j])
+                v = parents[v]
+        prefix = self._kv[seq] if self._kv_valid[seq] else []
+        for s in ids[1:]:  # each branch starts from seq's cache
+            llama.llama_memory_seq_rm(self._mem, s, -1, -1)
+            llama.llama_memory_seq_cp(self._mem, seq, s, -1, -1)
+        b, base = self._batch, len(prefix)
+        rows = [(last, base, ids)] + [(tokens[i], base + depth[i], below[i]) for i in range(n)]
+        for r, (tok, pos, sids) in enumerate(rows):
+            b.token[r] = tok
+            b.pos[r] = pos
+            b.n_seq_id[r] = len(sids)
+            for j, sid in enumerate(sids):
+                b.seq_id[r][j] = sid
+            b.logits[r] = True
+        b.n_tokens = len(rows)
+        for s in ids:
+            self._kv_valid[s] = False
+        rc = llama.llama_decode(self._ctx, b)
+        self.n_decodes += 1
+        if rc != 0:
+            if rc == 1:
+                raise SpecgenError(f"context full: no KV slot for {len(rows)} more tokens (n_ctx={self.n_ctx}; raise -c)")
+            raise SpecgenError(f"llama_decode failed with code {rc}")
+        for j, leaf in enumerate(leaves):
+            path = []
+            v = leaf
+            while v >= 0:
+                path.append(tokens[v])
+                v = parents[v]
+            self._kv[ids[j]] = list(prefix) + [last] + path[::-1]
+            self._kv_valid[ids[j]] = True
+        return self._logits(len(rows)), ids
+
+    def keep_path(self, seq: int, scratch: Sequence[int], via: int, root: int, n_accepted: int) -> None:
+        """After `decode_tree` (its root at position `root`): `seq` keeps the prefix, the
+        root and the first n_accepted nodes of leaf sequence `via`'s path (which
+        holds the accepted ones); the scratch sequences are emptied."""
+        end = root + 1 + n_accepted
+        if via != seq:
+            llama.llama_memory_seq_rm(self._mem, seq, root + 1, -1)
+            if n_accepted:
+                llama.llama_memory_seq_cp(self._mem, via, seq, root + 1, end)
+            self._kv[seq] = self._kv[via][:end]
+        else:
+            self.truncate(seq, end)
+        for s in scratch:
+            llama.llama_memory_seq_rm(self._mem, s, -1, -1)
+            self._kv[s] = []
+            self._kv_valid[s] = True
+
     def _logits(self, n_out: int) -> np.ndarray:
         """The output rows as one numpy view (cached while llama.cpp keeps its buffer)."""
         base = llama.llama_get_logits(self._ctx)  # also waits for the graph and orders rows

@@ -37,6 +37,7 @@ class ModelOptions:
     drafter: str | None = None  # "suffix": the suffix index instead of prompt lookup
     global_cache: bool = False  # suffix: also draft from earlier requests of this process
     suffix_choice: str = "latest"  # suffix: latest occurrence's continuation, or "frequent"
+    tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.treedecode)
 
     def validate(self) -> None:
         chosen = [name for name, on in (("-d/--draft", self.draft), ("--lookup", self.lookup), ("--no-spec", self.no_spec),
@@ -55,6 +56,10 @@ class ModelOptions:
             raise SpecgenError(f"unknown --adaptive policy '{self.adaptive}' (choose {', '.join(POLICIES)})")
         if not 0.0 <= self.p_min < 1.0:
             raise SpecgenError(f"--p-min must be in [0, 1) (got {self.p_min})")
+        if self.tree_width < 1:
+            raise SpecgenError(f"--tree-width must be >= 1 (got {self.tree_width})")
+        if self.tree_width > 1 and (self.drafter != "suffix" or self.n_seq > 1):
+            raise SpecgenError("--tree-width needs --suffix (and one sequence)")
         if self.drafter not in (None, "lookup", "suffix"):
             raise SpecgenError(f"unknown drafter '{self.drafter}' (choose lookup or suffix)")
         from specgen.suffix import CHOICES
@@ -169,7 +174,9 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
     k = 0 if mode == "plain" else (draft_max or default_k[mode])
 
     # several sequences (a server) share one unified KV pool: see specgen.serving
-    kw = dict(n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=opts.n_seq, kv_unified=opts.n_seq > 1)
+    # (draft trees: one sequence per branch, in one unified pool: see specgen.treedecode)
+    n_seq = max(opts.n_seq, opts.tree_width)
+    kw = dict(n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=n_seq, kv_unified=n_seq > 1)
     target = Engine(target_path, n_ctx=opts.ctx_size, **kw)
     drafter: Drafter | None = None
     draft_engine = None

@@ -24,6 +24,7 @@ from collections import deque
 from typing import Sequence
 
 from specgen.drafters import Draft, PerSequence
+from specgen.trees import DraftTree
 
 LATEST = "latest"  # copy what followed the latest earlier occurrence (as prompt lookup does)
 FREQUENT = "frequent"  # step by step, the next token seen most often after the match so far
@@ -314,23 +315,97 @@ class SuffixDrafter(PerSequence):
                 state.matcher.feed(t)
         return state
 
-    def propose_one(self, context, k, params=None, rng=None, seq=0) -> Draft:  # noqa: ARG002
-        state = self._extend(seq, context)
-        if k <= 0:
-            return Draft()
+    def _source(self, state: _Local):
+        """(automaton, match state, latest end, key) of the match that drafts, or None."""
         sam = state.sam
         local = sam.length[sam.match] if sam.match else 0
         m = state.matcher
         if m is not None and m.length > local and m.length >= self.min_global_match:
             g = self.global_index.sam
-            tokens = g.continuation(m.state, g.last_end[m.state], k, self.choice)
-            if tokens:
-                return Draft(tokens, key=KEY_GLOBAL + match_bucket(m.length))
+            if g.continuation(m.state, g.last_end[m.state], 1, self.choice):
+                return g, m.state, g.last_end[m.state], KEY_GLOBAL + match_bucket(m.length)
         if local >= self.min_match:
-            tokens = sam.continuation(sam.match, sam.match_end, k, self.choice)
-            if tokens:
-                return Draft(tokens, key=match_bucket(local))
-        return Draft()
+            return sam, sam.match, sam.match_end, match_bucket(local)
+        return None
+
+    def propose_one(self, context, k, params=None, rng=None, seq=0) -> Draft:  # noqa: ARG002
+        state = self._extend(seq, context)
+        if k <= 0:
+            return Draft()
+        src = self._source(state)
+        if src is None:
+            return Draft()
+        sam, v, end, key = src
+        tokens = sam.continuation(v, end, k, self.choice)
+        return Draft(tokens, key=key) if tokens else Draft()
+
+    def propose_tree(self, context, k: int, width: int, seq: int = 0) -> DraftTree:
+        """Branch 0: `propose_one`'s draft; up to width - 1 more branches that leave it
+        where the index saw other continuations, the most frequent first (see
+        `branch_tree`). probs: each node's share of the index's continuations."""
+        state = self._extend(seq, context)
+        src = self._source(state) if k > 0 else None
+        if src is None:
+            return DraftTree()
+        sam, v, end, key = src
+        main = sam.continuation(v, end, k, self.choice)
+        return branch_tree(sam, v, main, k, width, key) if main else DraftTree()
+
+
+MAX_BRANCH_FANOUT = 256  # a state with more continuations than this (a 1-token match) is not branched
+
+
+def _reach(sam: SuffixAutomaton, v: int, tokens: Sequence[int], reach: float) -> list[float]:
+    """Reach of each of `tokens` walked from state v: the product of each step's share
+    of its state's continuation counts (a step the automaton lacks keeps the reach)."""
+    out = []
+    for t in tokens:
+        kids = sam.nxt[v] if v >= 0 else {}
+        w = kids.get(t)
+        if w is not None and len(kids) <= MAX_BRANCH_FANOUT:
+            total = sum(sam.count[x] for tok, x in kids.items() if tok >= 0)
+            reach *= sam.count[w] / total if total else 1.0
+        v = -1 if w is None else w
+        out.append(reach)
+    return out
+
+
+def branch_tree(sam: SuffixAutomaton, v: int, main: Sequence[int], k: int, width: int, key: int = 0) -> DraftTree:
+    """A draft tree: `main` as branch 0, and the width - 1 likeliest alternatives met
+    walking it from state v (a continuation token at depth d other than main[d],
+    scored by its reach), each continued by what followed its latest occurrence
+    up to depth k."""
+    tokens, parents = list(main), list(range(-1, len(main) - 1))
+    probs = _reach(sam, v, main, 1.0)
+    cands = []
+    reach, s = 1.0, v
+    for d in range(len(main)):
+        kids = sam.nxt[s]
+        if len(kids) > MAX_BRANCH_FANOUT:
+            break
+        total = sum(sam.count[x] for tok, x in kids.items() if tok >= 0)
+        if not total:
+            break
+        for tok, w in kids.items():
+            if tok >= 0 and tok != main[d]:
+                cands.append((reach * sam.count[w] / total, -d, tok, w))
+        w = kids.get(main[d])
+        if w is None:
+            break
+        reach *= sam.count[w] / total
+        s = w
+    cands.sort(reverse=True)
+    for score, neg_d, tok, w in cands[: max(width - 1, 0)]:
+        d = -neg_d
+        tokens.append(tok)
+        parents.append(d - 1)  # main's node d - 1 (-1: the root)
+        probs.append(score)
+        cont = sam.after(sam.last_end[w], k - d - 1)
+        for t, r in zip(cont, _reach(sam, w, cont, score)):
+            parents.append(len(tokens) - 1)
+            tokens.append(t)
+            probs.append(r)
+    return DraftTree(tokens, parents, probs, key)
 
 
 def suffix_draft(tokens: Sequence[int], k: int, choice: str = LATEST, docs: Sequence[Sequence[int]] = (),

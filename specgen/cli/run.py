@@ -67,6 +67,7 @@ def run(
     p_min: PMinOpt = 0.0,
     json_out: JsonOpt = False,
     suffix: SuffixOpt = False,
+    tree_width: Annotated[int, typer.Option("--tree-width", help="With --suffix: draft trees of up to N branches, verified in one pass (off: 1; on 2 CPU cores measured slower, see README).")] = 1,
 ) -> None:
     """Generate a completion, streaming tokens; stats on stderr."""
     from specgen.decoding import Generation
@@ -75,7 +76,8 @@ def run(
     check_max_tokens(max_tokens)
     params = sampling_params(temp, top_k, top_p, min_p, seed)
     opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
-                        adaptive=adaptive, p_min=p_min, drafter="suffix" if suffix else None)
+                        adaptive=adaptive, p_min=p_min, drafter="suffix" if suffix else None,
+                        tree_width=tree_width)
     opts.validate()
     text_in = read_prompt(prompt, file)
     loaded = open_models(opts)
@@ -83,10 +85,14 @@ def run(
     try:
         target = loaded.target
         tokens = target.tokenize(text_in)
-        gen = Generation(
-            target, tokens, loaded.drafter, draft_max=loaded.draft_max, max_tokens=max_tokens,
-            params=params, ignore_eos=ignore_eos, policy=loaded.new_policy(),
-        )
+        gen_kw = dict(draft_max=loaded.draft_max, max_tokens=max_tokens, params=params, ignore_eos=ignore_eos,
+                      policy=loaded.new_policy())
+        if tree_width > 1:
+            from specgen.treedecode import TreeGeneration
+
+            gen = TreeGeneration(target, tokens, loaded.drafter, tree_width=tree_width, **gen_kw)
+        else:
+            gen = Generation(target, tokens, loaded.drafter, **gen_kw)
         stream = render.TextStream(target, None if json_out else sys.stdout)
         status = render.StatusLine() if not json_out else None
         start = time.perf_counter()
