@@ -9,7 +9,6 @@ with --json.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from specgen.cli.options import (
     OnOff,
     retold,
 )
+from specgen.cli.bench_out import MemorySink, check_writable, write_report
 from specgen.errors import SpecgenError
 
 ReportOpt = Annotated[Optional[Path], typer.Option("--report", metavar="FILE.html", help="Also write the charts and tables as one self-contained HTML page (opens offline; needs specgen[report]).")]
@@ -142,7 +142,7 @@ def bench(
     reqs = B.load_requests(requests)[:limit]
     for path, flag in ((out, "--out"), (csv_out, "--csv"), (report, "--report")):
         if path is not None:
-            _check_writable(path, flag)
+            check_writable(path, flag)
 
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers)
     render.note_translated(any(getattr(d, "translated", False) for d in setup.drafters.values()))
@@ -160,7 +160,7 @@ def bench(
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "global_cache": _global_cache_kind(setup.configs, "per-repeat"),
         }
-        sink = B.RecordFile(out, meta, resume=resume) if out else _MemorySink()
+        sink = B.RecordFile(out, meta, resume=resume) if out else MemorySink()
         done = sink.done_ids()
         pending = [r for r in reqs if r.id not in done]
         con = render.stderr_console(width_when_piped=True)
@@ -198,7 +198,7 @@ def bench(
         if csv_out is not None:
             B.write_csv(csv_out, records)
         if report is not None:
-            _write_report(con, report, meta, records)
+            write_report(con, report, meta, records)
         if json_out:
             obj = {
                 "model": str(setup.target_path),
@@ -237,7 +237,7 @@ def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, thr
     reqs = B.load_requests(requests)[:limit]
     for path, flag in ((out, "--out"), (report, "--report")):
         if path is not None:
-            _check_writable(path, flag)
+            check_writable(path, flag)
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, n_seq_max=max(levels))
     render.note_translated(any(getattr(d, "translated", False) for d in setup.drafters.values()))
     sink = None
@@ -251,7 +251,7 @@ def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, thr
             "requests": str(requests) if requests else "<bundled>", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "global_cache": _global_cache_kind(setup.configs, "per-batch"),
         }
-        sink = B.RecordFile(out, meta, resume=False) if out else _MemorySink()
+        sink = B.RecordFile(out, meta, resume=False) if out else MemorySink()
         con = render.stderr_console(width_when_piped=True)
         total = len(levels) * len(names) * settings.repeats
         con.print(
@@ -279,7 +279,7 @@ def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, thr
         if interrupted:
             con.print(f"interrupted: {len(records)} batches recorded" + (f" in {out}" if out else ""))
         if report is not None:
-            _write_report(con, report, meta, records)
+            write_report(con, report, meta, records)
         if json_out:
             obj = {
                 "model": str(setup.target_path), "configs": names, "concurrency": levels,
@@ -328,22 +328,6 @@ def _global_cache_note(kind: str) -> str:
     return f" · global suffix index: one per {unit} and configuration (no request drafts from its own earlier output)"
 
 
-class _MemorySink:
-    """Records kept in memory when there is no --out."""
-
-    def __init__(self) -> None:
-        self.records: list[dict] = []
-
-    def done_ids(self) -> set[str]:
-        return set()
-
-    def append(self, record: dict) -> None:
-        self.records.append(record)
-
-    def close(self) -> None:
-        pass
-
-
 def report(
     records: Annotated[Path, typer.Argument(help="A records file written by `specgen bench --out`.")],
     out: Annotated[Optional[Path], typer.Option("-o", "--out", metavar="FILE.html", help="Where to write the page. Default: RECORDS with .html.")] = None,
@@ -354,28 +338,6 @@ def report(
     out = out if out is not None else records.with_suffix(".html")
     if out.resolve() == records.resolve():
         raise SpecgenError(f"-o/--out {out} is the records file itself")
-    _check_writable(out, "-o/--out")
+    check_writable(out, "-o/--out")
     report_file(records, out)
     render.stderr_console(width_when_piped=True).print(f"report: {out}")
-
-
-def _write_report(con, path: Path, meta: dict, records: list) -> None:
-    """The page for --report, after the run (nothing recorded: nothing written)."""
-    from specgen.report import write_report
-
-    if not records:
-        con.print(f"report: nothing recorded, {path} not written")
-        return
-    write_report(path, meta, records)
-    con.print(f"report: {path}")
-
-
-def _check_writable(path: Path, flag: str) -> None:
-    """Fail before loading models, not after the first hour of runs."""
-    if path.is_dir():
-        raise SpecgenError(f"cannot write {flag} {path}: it is a directory")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise SpecgenError(f"cannot write {flag} {path}: no directory {parent}")
-    if not os.access(path if path.exists() else parent, os.W_OK):
-        raise SpecgenError(f"cannot write {flag} {path}: permission denied")

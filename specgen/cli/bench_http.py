@@ -25,7 +25,7 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
     from specgen import __version__, bench as B
     from specgen.bench.http import Sampling, parse_endpoints
     from specgen.bench.load import HttpBench, LoadSettings, parse_levels, run
-    from specgen.cli.bench import _MemorySink, _check_writable, _write_report
+    from specgen.cli.bench_out import MemorySink, check_writable, write_report
 
     eps = parse_endpoints(endpoint, endpoint_model, endpoint_key_env, endpoint_body, baseline)
     levels = parse_levels(concurrency, "--concurrency", integer=True) if concurrency is not None else []
@@ -52,7 +52,7 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
     reqs = B.load_requests(requests)[:limit]
     for path, flag in ((out, "--out"), (csv_out, "--csv"), (report, "--report")):
         if path is not None:
-            _check_writable(path, flag)
+            check_writable(path, flag)
 
     bench = HttpBench(eps, reqs, settings)
     names = bench.names
@@ -73,7 +73,7 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
         async with bench.client() as client:
             await bench.prepare(client)
             state["meta"] = meta()
-            sink = state["sink"] = B.RecordFile(out, state["meta"], resume=resume) if out else _MemorySink()
+            sink = state["sink"] = B.RecordFile(out, state["meta"], resume=resume) if out else MemorySink()
             done = sink.done_ids()
             con.print("bench over HTTP, baseline first:")
             for line in rh.endpoint_lines(eps, bench.models):
@@ -130,7 +130,7 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
         if csv_out is not None:
             B.write_csv(csv_out, records)
         if report is not None:
-            _write_report(con, report, state["meta"], records)
+            write_report(con, report, state["meta"], records)
         if json_out:
             obj = {
                 "endpoints": state["meta"]["endpoints"], "baseline": names[0], "configs": names,
