@@ -93,7 +93,16 @@ def llama_spec(tools, target, draft, text, n, k, temp, threads, ctx, seed=1):
     if out.returncode or not m:
         raise RuntimeError(f"llama-speculative-simple failed:\n{log[-2000:]}")
     acc = re.search(r"accept\s*=\s*([\d.]+)%", log)
-    return {"tps": float(m.group(3)), "acc": float(acc.group(1)) / 100 if acc else None}
+    enc = re.search(r"encoded\s+(\d+) tokens", log)
+    return {"tps": float(m.group(3)), "acc": float(acc.group(1)) / 100 if acc else None,
+            "prompt_tokens": int(enc.group(1)) if enc else None}
+
+
+def same_prompt(res: dict, n_tokens: int) -> dict:
+    """llama.cpp must have read the very prompt specgen did (its -f drops one trailing newline)."""
+    if res["prompt_tokens"] is not None and res["prompt_tokens"] != n_tokens:
+        raise RuntimeError(f"llama.cpp read {res['prompt_tokens']} prompt tokens, specgen {n_tokens}")
+    return res
 
 
 def median(xs):
@@ -148,8 +157,8 @@ def main() -> None:
                         if args.tools:
                             for k in llama_ks:
                                 res.setdefault(f"llama k={k}", []).append(
-                                    llama_spec(args.tools, f32, q4, r.prompt, args.n, k, temp, args.threads, args.ctx,
-                                               seed=rep + 1))
+                                    same_prompt(llama_spec(args.tools, f32, q4, r.prompt, args.n, k, temp, args.threads,
+                                                           args.ctx, seed=rep + 1), len(prompt)))
                     k8_runs.extend(res.get(f"k={max(FIXED)}", []))
                     rows[r.category] = {name: {"tps": median([x["tps"] for x in v]),
                                                "acc": median([x["acc"] for x in v if x["acc"] is not None]),
@@ -172,7 +181,8 @@ def main() -> None:
             res = {name: specgen_run(target, draft, prompt, args.long_n, k, pol, 0.0)
                    for name, k, pol in [("plain", 0, "fixed"), ("default", 8, "cost"), ("k=4", 4, "fixed")]}
             if args.tools:
-                res["llama k=4"] = llama_spec(args.tools, f32, q4, text, args.long_n, 4, 0.0, args.threads, args.ctx)
+                res["llama k=4"] = same_prompt(llama_spec(args.tools, f32, q4, text, args.long_n, 4, 0.0, args.threads,
+                                                          args.ctx), len(prompt))
             report["long"] = {"prompt_tokens": len(prompt), **res}
             print(json.dumps(report["long"]), flush=True)
     if "nopay" in parts:

@@ -284,13 +284,7 @@ class Engine:
         b.n_tokens = i
         for seq, _, _ in parts:
             self._kv_valid[seq] = False  # until the decode is known to have landed
-        rc = llama.llama_decode(self._ctx, b)
-        self.n_decodes += 1
-        if rc != 0:
-            # The cache may hold part of the batch: forget what we knew.
-            if rc == 1:
-                raise SpecgenError(f"context full: no KV slot for {i} more tokens (n_ctx={self.n_ctx}; raise -c)")
-            raise SpecgenError(f"llama_decode failed with code {rc}")
+        self._run(i)  # on failure the cache may hold part of the batch: its tokens stay unknown
         n_out = sum(n for _, _, n in parts)
         views = []
         if n_out:
@@ -307,6 +301,15 @@ class Engine:
         return views
 
     # -- draft trees --------------------------------------------------------
+    def _run(self, rows: int) -> None:
+        """llama_decode the filled batch of `rows` rows; one clear error if it fails."""
+        rc = llama.llama_decode(self._ctx, self._batch)
+        self.n_decodes += 1
+        if rc == 1:
+            raise SpecgenError(f"context full: no KV slot for {rows} more tokens (n_ctx={self.n_ctx}; raise -c)")
+        if rc != 0:
+            raise SpecgenError(f"llama_decode failed with code {rc}")
+
     def decode_tree(self, seq: int, scratch: Sequence[int], last: int, tokens: Sequence[int],
                     parents: Sequence[int]) -> tuple[np.ndarray, list[int]]:
         """Verify a draft tree in one llama_decode; logits on every row.
@@ -357,12 +360,7 @@ class Engine:
         b.n_tokens = len(rows)
         for s in ids:
             self._kv_valid[s] = False
-        rc = llama.llama_decode(self._ctx, b)
-        self.n_decodes += 1
-        if rc != 0:
-            if rc == 1:
-                raise SpecgenError(f"context full: no KV slot for {len(rows)} more tokens (n_ctx={self.n_ctx}; raise -c)")
-            raise SpecgenError(f"llama_decode failed with code {rc}")
+        self._run(len(rows))
         for j, leaf in enumerate(leaves):
             path = []
             v = leaf
