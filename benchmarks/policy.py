@@ -43,15 +43,19 @@ def models():
     return base, make_f32_target(base, d / "gemma-3-270m-f32.gguf"), make_q4_0_draft(base, d / "gemma-3-270m-q4_0.gguf")
 
 
-def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1):
+def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1, lookup=False):
+    """One generation; `lookup`: prompt lookup's proposals alongside the draft
+    model's (specgen's default with -d under the cost policy)."""
     from specgen.decoding import Generation
-    from specgen.drafters import DraftModel
+    from specgen.drafters import DraftModel, PromptLookup, WithLookup
     from specgen.loader import make_policy
     from specgen.sampling import SamplingParams
 
     target.truncate(0, 0)
     draft.truncate(0, 0)
     drafter = DraftModel(draft, target.n_vocab, target.n_vocab) if k else None
+    if drafter is not None and lookup:  # as the loader builds it: lookup's offers up to k, the model's up to 8
+        drafter = WithLookup(drafter, PromptLookup(), model_max=min(k, 8))
     gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True,
                      params=SamplingParams(temperature=temp, seed=seed),
                      policy=make_policy(policy, k, target, draft) if k else None)
@@ -80,12 +84,12 @@ def tune_prediction(target, draft, runs_k8) -> float:
     return max(rates) / rates[0]
 
 
-def llama_spec(tools, target, draft, text, n, k, temp, threads, ctx, seed=1):
+def llama_spec(tools, target, draft, text, n, k, temp, threads, ctx, seed=1, spec_type="draft-simple"):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(text + "\n")  # llama.cpp's -f drops one trailing newline
     args = [str(Path(tools) / "llama-speculative-simple"), "-m", str(target), "-md", str(draft), "-f", f.name,
             "-n", str(n), "-t", str(threads), "-td", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx),
-            "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--temp", str(temp), "--seed", str(seed),
+            "--spec-type", spec_type, "--spec-draft-n-max", str(k), "--temp", str(temp), "--seed", str(seed),
             "--ignore-eos"]
     out = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     log = out.stdout + out.stderr
@@ -123,6 +127,10 @@ def main() -> None:
     ap.add_argument("--categories", help="comma-separated categories (default: one request of each)")
     ap.add_argument("--fixed", default="1,2,3,4,6,8", help="fixed k values to compare")
     ap.add_argument("--llama-k", default="2,4,8", help="llama.cpp --spec-draft-n-max values")
+    ap.add_argument("--llama-with", default="ngram-simple,ngram-mod",
+                    help="llama.cpp n-gram types also run ahead of its draft model (--spec-type T,draft-simple), "
+                         "at each --llama-k; empty for none")
+    ap.add_argument("--requests", type=int, default=1, help="requests per category (ratios are per-category geomeans)")
     args = ap.parse_args()
     from specgen.bench import load_requests
     from specgen.engine import Engine
@@ -132,10 +140,10 @@ def main() -> None:
     llama_ks = [int(x) for x in args.llama_k.split(",")]
     cats = set(args.categories.split(",")) if args.categories else None
     base, f32, q4 = models()
-    reqs, seen = [], set()
+    reqs, seen = [], {}
     for r in load_requests(None):
-        if r.category not in seen and r.prompt and (cats is None or r.category in cats):
-            seen.add(r.category)
+        if seen.get(r.category, 0) < args.requests and r.prompt and (cats is None or r.category in cats):
+            seen[r.category] = seen.get(r.category, 0) + 1
             reqs.append(r)
     parts = args.parts.split(",")
     kw = dict(n_ctx=args.ctx, n_threads=args.threads)
@@ -148,28 +156,31 @@ def main() -> None:
                     prompt = target.tokenize(r.prompt)
                     res = {}
                     for rep in range(args.repeats):
-                        order = [("plain", 0, "fixed"), ("default", 8, "cost")] + [(f"k={k}", k, "fixed") for k in FIXED]
+                        order = [("plain", 0, "fixed"), ("default", 16, "cost"), ("cost alone", 8, "cost")] + [
+                            (f"k={k}", k, "fixed") for k in FIXED]
                         if rep % 2:
                             order.reverse()
                         for name, k, pol in order:
                             res.setdefault(name, []).append(specgen_run(target, draft, prompt, args.n, k, pol, temp,
-                                                                        seed=rep + 1))
+                                                                        seed=rep + 1, lookup=name == "default"))
                         if args.tools:
                             for k in llama_ks:
-                                res.setdefault(f"llama k={k}", []).append(
-                                    same_prompt(llama_spec(args.tools, f32, q4, r.prompt, args.n, k, temp, args.threads,
-                                                           args.ctx, seed=rep + 1), len(prompt)))
+                                for t in ["", *filter(None, args.llama_with.split(","))]:
+                                    name = f"llama {t + '+' if t else ''}draft k={k}"
+                                    res.setdefault(name, []).append(same_prompt(llama_spec(
+                                        args.tools, f32, q4, r.prompt, args.n, k, temp, args.threads, args.ctx,
+                                        seed=rep + 1, spec_type=f"{t},draft-simple" if t else "draft-simple"), len(prompt)))
                     k8_runs.extend(res.get(f"k={max(FIXED)}", []))
-                    rows[r.category] = {name: {"tps": median([x["tps"] for x in v]),
+                    rows[r.id] = {"category": r.category} | {name: {"tps": median([x["tps"] for x in v]),
                                                "acc": median([x["acc"] for x in v if x["acc"] is not None]),
                                                **({"k_hist": v[-1]["k_hist"]} if name == "default" else {})}
                                         for name, v in res.items()}
-                    print(json.dumps({"temp": temp, "category": r.category, **rows[r.category]}), flush=True)
+                    print(json.dumps({"temp": temp, "request": r.id, **rows[r.id]}), flush=True)
                 report[f"pair temp={temp}"] = rows
                 if temp == 0.0:
                     report["tune"] = {"predicted": tune_prediction(target, draft, k8_runs),
                                       "measured": statistics.geometric_mean(
-                                          [r["default"]["tps"] / r["plain"]["tps"] for r in rows.values()])}
+                                          [r["cost alone"]["tps"] / r["plain"]["tps"] for r in rows.values()])}
         if "long" in parts:
             text = " ".join(r.prompt for r in load_requests(None) if r.prompt)
             while len(target.tokenize(text)) < 2100:
@@ -178,8 +189,9 @@ def main() -> None:
             prompt = target.tokenize(text)[:2100]
             text = target.detokenize(prompt[1:])
             prompt = target.tokenize(text)
-            res = {name: specgen_run(target, draft, prompt, args.long_n, k, pol, 0.0)
-                   for name, k, pol in [("plain", 0, "fixed"), ("default", 8, "cost"), ("k=4", 4, "fixed")]}
+            res = {name: specgen_run(target, draft, prompt, args.long_n, k, pol, 0.0, lookup=name == "default")
+                   for name, k, pol in [("plain", 0, "fixed"), ("default", 16, "cost"), ("cost alone", 8, "cost"),
+                                        ("k=4", 4, "fixed")]}
             if args.tools:
                 res["llama k=4"] = same_prompt(llama_spec(args.tools, f32, q4, text, args.long_n, 4, 0.0, args.threads,
                                                           args.ctx), len(prompt))
@@ -191,35 +203,47 @@ def main() -> None:
             res = {}
             for r in opens:
                 prompt = target.tokenize(r.prompt)
-                for name, k, pol in [("plain", 0, "fixed"), ("default", 8, "cost")]:
+                for name, k, pol in [("plain", 0, "fixed"), ("default", 16, "cost")]:
                     for rep in range(args.repeats):
-                        res.setdefault(name, []).append(specgen_run(target, draft, prompt, args.n, k, pol, 0.0)["tps"])
+                        res.setdefault(name, []).append(
+                            specgen_run(target, draft, prompt, args.n, k, pol, 0.0, lookup=name == "default")["tps"])
             report["nopay"] = {name: median(v) for name, v in res.items()}
             print(json.dumps(report["nopay"]), flush=True)
     summarize(report)
 
 
+def _geo(rows: list[dict], name: str) -> float:
+    return statistics.geometric_mean([r[name]["tps"] for r in rows])
+
+
 def summarize(report: dict) -> None:
-    print("\n== summary (ratios) ==")
+    """Per category: geometric means over its requests; the best fixed k and
+    llama.cpp's best setting are chosen per category (one k for all its requests)."""
+    print("\n== summary (ratios; per category, geomeans over its requests) ==")
     for key, rows in report.items():
         if key.startswith("pair"):
             print(f"\n{key}")
-            for cat, r in rows.items():
-                best_fixed = max(FIXED, key=lambda k: r[f"k={k}"]["tps"])
-                line = (f"  {cat:12s} plain {r['plain']['tps']:.1f} tok/s · default {r['default']['tps']:.1f} "
-                        f"({r['default']['tps'] / r['plain']['tps']:.2f}x plain, acc {r['default']['acc']:.2f}) · "
-                        f"best fixed k={best_fixed} {r[f'k={best_fixed}']['tps']:.1f} → default/best "
-                        f"{r['default']['tps'] / r[f'k={best_fixed}']['tps']:.2f}")
-                llama = [(k, v) for k, v in r.items() if k.startswith("llama")]
-                if llama:
-                    kb, vb = max(llama, key=lambda kv: kv[1]["tps"])
-                    line += (f" · {kb} {vb['tps']:.1f} (acc {vb['acc']:.2f}) → default/llama "
-                             f"{r['default']['tps'] / vb['tps']:.2f}")
+            by_cat: dict[str, list[dict]] = {}
+            for r in rows.values():
+                by_cat.setdefault(r["category"], []).append(r)
+            for cat, rs in by_cat.items():
+                g = {name: _geo(rs, name) for name in rs[0] if name != "category"}
+                best = max((n for n in g if n.startswith("k=")), key=g.__getitem__)
+                line = (f"  {cat:12s} ({len(rs)}) plain {g['plain']:.1f} tok/s · default {g['default']:.1f} "
+                        f"({g['default'] / g['plain']:.2f}x plain) · cost alone {g['cost alone']:.1f} · best fixed "
+                        f"{best} {g[best]:.1f} → default/best {g['default'] / g[best]:.2f}, cost alone/best "
+                        f"{g['cost alone'] / g[best]:.2f}")
+                for prefix in ("llama draft", "llama n"):
+                    llama = [n for n in g if n.startswith(prefix)]
+                    if llama:
+                        lb = max(llama, key=g.__getitem__)
+                        line += f" · {lb} {g[lb]:.1f} → default/that {g['default'] / g[lb]:.2f}"
                 print(line)
         elif key == "long":
             r = rows
             line = f"\nlong prompt ({r['prompt_tokens']} tokens): default/plain {r['default']['tps'] / r['plain']['tps']:.2f}, "
-            line += f"default/k=4 {r['default']['tps'] / r['k=4']['tps']:.2f}, k chosen {r['default']['k_hist']}"
+            line += (f"default/k=4 {r['default']['tps'] / r['k=4']['tps']:.2f}, cost alone/k=4 "
+                     f"{r['cost alone']['tps'] / r['k=4']['tps']:.2f}, k chosen {r['default']['k_hist']}")
             line += (f"; end to end (prefills included) default {r['default']['total_s']:.1f} s, plain "
                      f"{r['plain']['total_s']:.1f} s, k=4 {r['k=4']['total_s']:.1f} s; the draft's prompt prefill "
                      f"{r['default']['draft_prefill_s']:.1f} s")

@@ -19,7 +19,7 @@ import numpy as np
 from specgen.acceptance import accept_greedy, accept_sampled
 from specgen.drafters import NORMAL_FEED, Draft, Drafter, Want
 from specgen.errors import SpecgenError
-from specgen.policy import FixedK, Situation
+from specgen.policy import MODEL_KEY, FixedK, Situation
 from specgen.sampling import SamplingParams, probs, sample
 
 
@@ -347,36 +347,40 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
     rows `[last, d1 … dk]`, or None for one that is over.
 
     A free drafter (prompt lookup) proposes first, so a policy sees the
-    proposal and its key before it cuts k; for a costly one (a draft model)
-    every k is chosen first, then all sequences are drafted together. Each
+    proposal and its key before it cuts k; a costly one (a draft model) drafts
+    after every k is chosen, all sequences together. A draft model with free
+    offers alongside (`WithLookup`) does both: the offers first, then each
+    policy takes its offer or asks the model (`Policy.choose_offer`). Each
     policy is told the rest of the step: `busy_rows` already spoken for
     (prefill chunks), the rows and expected tokens of the sequences planned
     before it, one row and one token for each after it.
     """
     limits = [g.limit() for g in gens]
     live = [(g, lim) for g, lim in zip(gens, limits) if lim is not None]
-    drafts: list[Draft] = [Draft() for _ in live]
+    offers: list[Draft] = [Draft() for _ in live]
     t0 = time.perf_counter()
-    if drafter is not None and drafter.free:
+    free = drafter is not None and drafter.free
+    if free or hasattr(drafter, "offer"):
         asks = [i for i, (g, lim) in enumerate(live) if lim > 0]
-        for i, d in zip(asks, drafter.propose([live[i][0].want(live[i][1]) for i in asks])):
-            drafts[i] = d
+        wants = [live[i][0].want(live[i][1]) for i in asks]
+        for i, d in zip(asks, drafter.propose(wants) if free else drafter.offer(wants)):
+            offers[i] = d
     rows, tokens = busy_rows, 0.0
-    ks = []
+    picks: list[tuple[int, bool]] = []
     for i, (g, lim) in enumerate(live):
         later = len(live) - i - 1
-        key = drafts[i].key
-        limit = min(len(drafts[i].tokens), lim) if drafter is not None and drafter.free else lim
-        k = g.policy.choose(key, limit, g.situation(rows + later, tokens + later)) if limit > 0 else 0
-        ks.append(k)
+        offered = min(len(offers[i].tokens), lim)
+        model_limit = 0 if free or drafter is None else min(lim, getattr(drafter, "model_max", None) or lim)
+        k, take = (g.policy.choose_offer(offers[i].key, offered, model_limit, g.situation(rows + later, tokens + later))
+                   if lim > 0 else (0, True))
+        picks.append((k, take))
         rows += k + 1
-        tokens += g.policy.expected_tokens(key, k)
-    if drafter is not None and drafter.free:
-        drafts = [d.cut(k) for d, k in zip(drafts, ks)]
-    elif drafter is not None:
-        asks = [i for i, k in enumerate(ks) if k > 0]
-        for i, d in zip(asks, drafter.propose([live[i][0].want(ks[i]) for i in asks])):
-            drafts[i] = d.cut(ks[i])
+        tokens += g.policy.expected_tokens(offers[i].key if take else MODEL_KEY, k)
+    drafts = [d.cut(k) if take else Draft() for d, (k, take) in zip(offers, picks)]
+    asks = [i for i, (k, take) in enumerate(picks) if k > 0 and not take]
+    if asks:
+        for i, d in zip(asks, drafter.propose([live[i][0].want(picks[i][0]) for i in asks])):
+            drafts[i] = d.cut(picks[i][0])
     draft_s = time.perf_counter() - t0
     planned = iter(g.plan(d, draft_s) for (g, _), d in zip(live, drafts))
     return [next(planned) if lim is not None else None for lim in limits]

@@ -14,7 +14,9 @@ bulk catch-up of its cache (its prompt prefill, the tokens settled while it sat
 out), so a policy never books a prefill as a draft step.
 
 To add a drafter, subclass `PerSequence` (independent per-sequence state) or
-implement the four members of `Drafter`.
+implement the four members of `Drafter`. A costly drafter may also `offer`
+free proposals of another drafter (`WithLookup`: a draft model with prompt
+lookup alongside); the policy then chooses, per round, the offer or the model.
 """
 
 from __future__ import annotations
@@ -273,3 +275,55 @@ def top_prob(logits: np.ndarray) -> float:
     """Probability of the most likely token under plain softmax."""
     m = float(logits.max())
     return 1.0 / float(np.exp(logits - m, dtype=np.float32).sum())
+
+
+# -- a draft model with prompt lookup alongside -------------------------------
+
+
+class WithLookup:
+    """A draft model, with prompt lookup offering its free proposals first.
+
+    Where the output copies the prompt (an answer quoting its passage, a
+    reformatted table, edited code) lookup's proposals cost nothing to make and
+    are accepted as often as the model's; elsewhere it has none, or poor ones.
+    `offer` returns lookup's proposals; `propose` drafts with the model. The
+    policy compares the two per round (`Policy.choose_offer`); a round that
+    takes the offer leaves the model's cache a few tokens behind, fed in bulk
+    the next time it drafts. llama.cpp runs its n-gram types before its draft
+    model in a fixed order (`--spec-type ngram-mod,draft-simple`); here the
+    choice is by expected tokens per second.
+    """
+
+    free = False
+
+    def __init__(self, model, lookup: PromptLookup, model_max: int | None = None) -> None:
+        self.model, self.lookup = model, lookup
+        # the model's own ceiling on k: a copied run of text pays for longer
+        # drafts than a model's steps do, so offers may reach further
+        self.model_max = model_max
+        self.name = f"{model.name}+lookup"
+        self.translated = bool(getattr(model, "translated", False))
+
+    @property
+    def engine(self):
+        return self.model.engine
+
+    @property
+    def steps(self) -> int:
+        return self.model.steps
+
+    def begin(self, seq: int = 0) -> None:
+        self.model.begin(seq)
+        self.lookup.begin(seq)
+
+    def lag(self, seq: int, context: Sequence[int]) -> int:
+        return self.model.lag(seq, context)
+
+    def prefill(self, seq: int, context: Sequence[int]) -> Draft:
+        return self.model.prefill(seq, context)
+
+    def offer(self, wants: Sequence[Want]) -> list[Draft]:
+        return self.lookup.propose(wants)
+
+    def propose(self, wants: Sequence[Want]) -> list[Draft]:
+        return self.model.propose(wants)

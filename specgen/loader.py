@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specgen import registry
-from specgen.drafters import NGRAM_MAX, DraftModel, Drafter, PromptLookup
+from specgen.drafters import NGRAM_MAX, DraftModel, Drafter, PromptLookup, WithLookup
 from specgen.engine import Engine
 from specgen.errors import SpecgenError
 
@@ -22,7 +22,7 @@ from specgen.errors import SpecgenError
 class ModelOptions:
     model: str | None = None
     draft: str | None = None
-    lookup: bool = False
+    lookup: bool | None = None  # None: alongside a draft model under the cost policy; True: always; False: never
     no_spec: bool = False
     pair: str | None = None
     draft_max: int | None = None
@@ -40,7 +40,8 @@ class ModelOptions:
     tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.treedecode)
 
     def validate(self) -> None:
-        chosen = [name for name, on in (("-d/--draft", self.draft), ("--lookup", self.lookup), ("--no-spec", self.no_spec),
+        chosen = [name for name, on in (("-d/--draft", self.draft), ("--lookup", self.lookup and not self.draft),
+                                        ("--no-spec", self.no_spec),
                                         ("--suffix", self.drafter == "suffix")) if on]
         if len(chosen) > 1:
             raise SpecgenError(f"choose one of {', '.join(chosen)}")
@@ -85,6 +86,11 @@ class Loaded:
     draft_engine: Engine | None = None
     policy_name: str = "fixed"
     translated: bool = False  # the draft's vocabulary differs: its drafts are translated through text
+
+    @property
+    def label(self) -> str:
+        """The mode as people read it: "draft + lookup" when lookup drafts alongside the model."""
+        return "draft + lookup" if isinstance(self.drafter, WithLookup) else self.mode
 
     def new_policy(self):
         """A fresh policy for one generation (its estimates start from the priors)."""
@@ -142,10 +148,12 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
 
     verify = cost_profile(target)["verify_s"]
     step = feed = 0.0
+    curve = None
     if draft_engine is not None:
         draft = cost_profile(draft_engine)
-        step, feed = draft["verify_s"][1], draft["feed_s"]
-    return policy.CostAware(k_max, verify, step, feed, shared=shared)
+        step, feed, curve = draft["verify_s"][1], draft["feed_s"], draft["verify_s"]
+    return policy.CostAware(k_max, verify, step, feed, draft_verify_s=curve, shared=shared,
+                            model_prior=policy.DRAFT_MODEL_PRIOR if draft_engine is not None else None)
 
 
 def make_suffix_drafter(opts: ModelOptions):
@@ -169,9 +177,15 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
     target_path = registry.resolve_model(model_ref, catalog)
     draft_path = registry.resolve_model(draft_ref, catalog) if draft_ref else None
     mode = "plain" if opts.no_spec else "draft" if draft_path else "suffix" if opts.drafter == "suffix" else "lookup"
+    if opts.lookup is False and mode != "draft":
+        raise SpecgenError("--no-lookup needs a draft model (-d/--draft or --pair); to decode plainly use --no-spec")
     policy_name = "fixed" if mode == "plain" else opts.policy_name
+    alongside = mode == "draft" and (opts.lookup or (opts.lookup is None and policy_name == "cost"))
     default_k = DEFAULT_DRAFT_MAX if policy_name == "fixed" else ADAPTIVE_K_MAX
     k = 0 if mode == "plain" else (draft_max or default_k[mode])
+    model_max = k
+    if alongside and not draft_max:  # lookup's offers reach as far as lookup's own ceiling; the model's stays
+        k = default_k["lookup"]
 
     # several sequences (a server) share one unified KV pool: see specgen.serving
     # (draft trees: one sequence per branch, in one unified pool: see specgen.treedecode)
@@ -184,6 +198,8 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
         if mode == "draft":
             drafter = open_draft(target, draft_path, n_ctx=opts.ctx_size, p_min=opts.p_min, **kw)
             draft_engine = drafter.engine
+            if alongside:
+                drafter = WithLookup(drafter, PromptLookup(opts.ngram_max, opts.ngram_min), model_max=model_max)
         elif mode == "lookup":
             drafter = PromptLookup(opts.ngram_max, opts.ngram_min)
         elif mode == "suffix":

@@ -64,6 +64,14 @@ class Situation:
 
 
 ALONE = Situation()
+MODEL_KEY = 0  # a draft model's rounds; prompt lookup's keys are its match lengths (>= 1)
+# A draft model's acceptance before evidence: (mean, weight in rounds). A model
+# paired with a target varies less from request to request than lookup's
+# matches do, so its prior weighs more, and one unlucky round moves it less.
+# Chosen on recorded drafts of the bundled requests (benchmarks/policy_replay.py):
+# against (0.6, 2) it lifted the worst category from 0.95 to 0.96 of the best
+# fixed k and, where drafting cannot pay, the worst request from 0.92 to 0.96 of plain.
+DRAFT_MODEL_PRIOR = (0.7, 6.0)
 
 
 def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_step_s: float,
@@ -108,6 +116,15 @@ class Policy:
 
     def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
         raise NotImplementedError
+
+    def choose_offer(self, key: int, offered: int, limit: int, situation: Situation = ALONE) -> tuple[int, bool]:
+        """A free drafter offers `offered` tokens (its proposal's key `key`); a
+        draft model could draft up to `limit`. Returns (k, take the offer).
+        Here the offer goes first whenever there is one (llama.cpp's order of
+        its speculative types); 0 for `limit` means no model to fall back on."""
+        if offered > 0:
+            return self.choose(key, offered, situation), True
+        return (self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0), False
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         """A round's outcome. verify_s: the target pass's time when it was this
@@ -207,8 +224,12 @@ class CostAware(Policy):
 
     Costs: the target's verify curve (a measured profile, then the round times
     observed), one draft step (the drafter's own step timings, never its
-    catch-up), and the per-token cost of a bulk catch-up of the draft's cache.
-    Acceptance: a posterior per draft position (per key), from decayed counts.
+    catch-up), and a catch-up of the draft's cache (a pass of that many rows
+    on the draft's curve; the bulk rate per token beyond it).
+    Acceptance: a posterior per draft position (per key), from decayed counts;
+    a draft model's rounds (MODEL_KEY) start from DRAFT_MODEL_PRIOR.
+    With prompt lookup alongside a draft model, each round weighs lookup's
+    offer against the model (`choose_offer`).
 
     Each round draws one z ~ N(0, 1), kept only when positive, and scores
     every k with the acceptance estimates shifted up by z standard deviations
@@ -229,15 +250,18 @@ class CostAware(Policy):
     name = "cost"
 
     def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0, feed_s: float = 0.0, *,
-                 prior: float = 0.6, decay: float = 0.95, idle_decay: float = 0.98, seed: int = 0,
-                 shared: dict | None = None) -> None:
+                 draft_verify_s: list[float] | None = None,
+                 prior: float = 0.6, model_prior: tuple[float, float] | None = None,
+                 decay: float = 0.95, idle_decay: float = 0.98, seed: int = 0, shared: dict | None = None) -> None:
         super().__init__()
         self.k_max = k_max
         self.verify_s = list(verify_s)  # verify_s[n]: a target pass with n logit rows (index 0 unused)
         self.draft_step_s = draft_step_s
         self.feed_s = feed_s  # seconds per token of a bulk catch-up of the draft's cache
+        self.draft_verify_s = list(draft_verify_s or [])  # the draft's pass of n tokens: a short catch-up's cost
         self._profile = (list(verify_s), draft_step_s, feed_s)  # the measured costs: ceilings of the estimates
         self.prior = prior
+        self.model_prior = model_prior  # (mean, strength) for a draft model's rounds; None: as the others
         self.decay = decay
         self.idle_decay = idle_decay
         self.rng = np.random.default_rng(seed)
@@ -247,7 +271,11 @@ class CostAware(Policy):
     def _acc(self, key: int) -> Acceptance:
         acc = self.stats.get(key)
         if acc is None:
-            acc = self.stats[key] = Acceptance(prior=self.prior)
+            if key == MODEL_KEY and self.model_prior is not None:
+                acc = Acceptance(*self.model_prior)
+            else:
+                acc = Acceptance(prior=self.prior)
+            self.stats[key] = acc
         return acc
 
     def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
@@ -271,10 +299,56 @@ class CostAware(Policy):
             acc.forget(self.idle_decay)
         return k
 
+    def choose_offer(self, key: int, offered: int, limit: int, situation: Situation = ALONE) -> tuple[int, bool]:
+        """The offer or the model, whichever promises more tokens per second
+        under its own upward draw: the offer's drafts cost no draft steps, the
+        model's cost its steps and, when its cache lags, the bulk feed first."""
+        limit, offered = min(limit, self.k_max), min(offered, self.k_max)
+        if offered <= 0 or (limit > 0 and situation.lag <= 2 and not self._acc(MODEL_KEY).reached):
+            # no offer, or the model has not drafted yet and its cache is in
+            # step: it drafts once now, while learning what it is worth is cheap
+            return (self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0), False
+        # one upward draw for each option, independent (Thompson sampling over
+        # two arms): an option the evidence rates lower is still tried, now and then
+        z, z_model = np.maximum(self.rng.standard_normal(2), 0.0)
+        offer = self._acc(key)
+        take = [step_rate(offer.rates(offered, z=float(z)), k, self.verify_s, 0.0, situation, self.pick_s)
+                for k in range(offered + 1)]
+        k_take = max(range(offered + 1), key=take.__getitem__)
+        best, k_model = take[k_take], 0
+        if limit > 0:
+            alphas = self._acc(MODEL_KEY).rates(limit, z=float(z_model))
+            rates = self.rates(alphas, situation)
+            k = max(range(1, limit + 1), key=rates.__getitem__)
+            feed = self.catch_up_s(situation.lag)
+            rate = rates[k] / (1.0 + feed * rates[k] / expected_tokens(alphas[:k]))
+            if rate > best and (situation.lag <= 2 or self._catch_up_pays(situation.lag, situation.remaining, rate, rates[0])):
+                best, k_model = rate, k
+        if k_model:
+            return k_model, False
+        if k_take == 0:
+            offer.forget(self.idle_decay)
+            if limit > 0:
+                self._acc(MODEL_KEY).forget(self.idle_decay)
+        return k_take, True
+
     def _catch_up_pays(self, lag: int, remaining: int, rate_k: float, rate_0: float) -> bool:
         """Catching up `lag` tokens, then drafting the rest, beats not drafting."""
         left = max(remaining, 1)
-        return lag * self.feed_s + left / rate_k < left / rate_0
+        return self.catch_up_s(lag) + left / rate_k < left / rate_0
+
+    def catch_up_s(self, lag: int) -> float:
+        """Seconds to feed a lagging draft cache `lag` tokens beyond its usual
+        first step: a pass of `lag` rows on the draft's measured curve where it
+        reaches (a few tokens cost far more each than a prompt's bulk rate), the
+        bulk rate per token beyond."""
+        if lag <= 2:  # NORMAL_FEED: the first draft step feeds them
+            return 0.0
+        curve = self.draft_verify_s
+        if not curve:
+            return lag * self.feed_s
+        top = min(lag, len(curve) - 1)
+        return max(curve[top] - self.draft_step_s, 0.0) + (lag - top) * self.feed_s
 
     def prefill_pays(self, lag: int, remaining: int, key: int = 0) -> bool:
         """Decided once, so optimistically: acceptance one posterior standard

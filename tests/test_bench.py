@@ -160,6 +160,11 @@ def test_messages_are_tokenized_as_chat_does():
         ("suffix", "suffix", 8, {"global_cache": False}, "suffix:k=8"),
         ("suffix:global=off,k=4", "suffix", 4, {"global_cache": False}, "suffix:k=4"),
         ("suffix:k=4,ngram_min=2,global=on", "suffix", 4, {"ngram_min": 2, "global_cache": True}, "suffix:k=4,ngram_min=2,global=on"),
+        ("draft=m.gguf:policy=cost", "draft", 8, {"lookup": None, "lookup_alongside": True}, "draft=m.gguf:k=8,policy=cost"),
+        ("draft=m.gguf:policy=cost,lookup=off", "draft", 8, {"lookup_alongside": False}, "draft=m.gguf:k=8,policy=cost,lookup=off"),
+        ("draft=m.gguf:k=3", "draft", 3, {"lookup_alongside": False}, "draft=m.gguf:k=3"),
+        ("draft=m.gguf:k=3,lookup=on", "draft", 3, {"lookup_alongside": True}, "draft=m.gguf:k=3,lookup=on"),
+        ("pair=gemma3-1b:lookup=on", "pair", None, {"lookup": True}, "pair=gemma3-1b:lookup=on"),
     ],
 )
 def test_config_syntax(text, kind, k, extra, name):
@@ -189,6 +194,8 @@ def test_config_label_shortens_paths():
         ("draft=m.gguf:ngram=3", "--config draft=m.gguf:ngram=3: unknown option 'ngram=3'"),
         ("plain", "--config plain: plain decoding is always measured"),
         ("suffix:global=yes", "--config suffix:global=yes: global must be on or off"),
+        ("draft=m.gguf:lookup=1", "--config draft=m.gguf:lookup=1: lookup must be on or off"),
+        ("lookup:lookup=on", "--config lookup:lookup=on: unknown option 'lookup=on'"),
         ("suffix:ngram=3", "--config suffix:ngram=3: unknown option 'ngram=3'"),
         ("", "unknown --config ''"),
     ],

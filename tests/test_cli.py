@@ -257,3 +257,30 @@ def test_models_lists_default_as_present():
     default = [m for m in obj["models"] if m["default"]]
     assert default and default[0]["present"] is True
     assert obj["pairs"]
+
+
+@pytest.mark.parametrize("flags, alongside", [
+    ({}, True),  # the default: the cost policy weighs lookup's offers against the model
+    ({"lookup": False}, False),  # --no-lookup: the model alone
+    ({"draft_max": 4}, False),  # a fixed k means the model's k
+    ({"draft_max": 4, "lookup": True}, True),  # unless lookup is asked for too (offers first, as llama.cpp)
+])
+def test_a_draft_model_drafts_with_prompt_lookup_alongside_by_default(gemma_path, draft_path, flags, alongside):
+    from specgen.drafters import DraftModel, WithLookup
+    from specgen.loader import ModelOptions, open_models
+
+    loaded = open_models(ModelOptions(model=str(gemma_path), draft=str(draft_path), ctx_size=256, threads=1, **flags))
+    try:
+        assert isinstance(loaded.drafter, WithLookup if alongside else DraftModel)
+        assert loaded.mode == "draft" and loaded.draft_engine is loaded.drafter.engine
+        if alongside and "draft_max" not in flags:  # lookup's offers reach 16, the model's drafts 8
+            assert (loaded.draft_max, loaded.drafter.model_max) == (16, 8)
+        elif alongside:
+            assert (loaded.draft_max, loaded.drafter.model_max) == (4, 4)
+    finally:
+        loaded.close()
+
+
+def test_no_lookup_without_a_draft_model_is_one_clear_error(gemma_path):
+    line = _one_line_error(specgen("run", "-m", str(gemma_path), "--no-lookup", "-n", "2", "Hi", input="", text=True))
+    assert "--no-lookup needs a draft model" in line

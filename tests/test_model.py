@@ -196,3 +196,44 @@ def test_default_policy_drafts_on_a_pair_where_drafting_pays(f32_path, draft_pat
     assert st.acceptance_rate > 0.5
     assert st.draft_fed >= len(prompt) and st.draft_prefill_s > 0  # the draft's prompt prefill, on its own line
     assert policy.draft_step_s < st.draft_prefill_s / 4  # and not booked as a draft step
+
+
+@pytest.mark.parametrize("policy_name", ["fixed", "cost"])
+def test_lookup_alongside_a_draft_model_keeps_greedy_output_and_the_drafts_cache(
+        policy_name, target, q4_draft, f32_path, draft_path):
+    """Rounds take lookup's free offer or the model's draft; the output is still
+    the plain greedy text, and the draft's cache, skipped by lookup rounds, is
+    caught up and never holds a rejected token. Fixed k: the offer first
+    (llama.cpp's order), on the Q4_K_M target; cost: by expected speed, on the
+    F32 target, where the model pays too."""
+    if policy_name == "fixed":
+        _alongside(target, q4_draft, "fixed")
+        return
+    with Engine(f32_path, n_ctx=1024, n_threads=2) as f32, Engine(draft_path, n_ctx=1024, n_threads=2) as draft:
+        _alongside(f32, draft, "cost")
+
+
+def _alongside(target, draft, policy_name):
+    from specgen.drafters import WithLookup
+    from specgen.loader import make_policy
+
+    prompt = target.tokenize(PROMPTS[0])
+    plain, top2 = plain_run(target, prompt, n=40)
+    policy = make_policy(policy_name, 8, target, draft)
+    sources = []
+    update = policy.update
+
+    def record(key, k, accepted, verify_s=None, draft=None):
+        if k:
+            sources.append("lookup" if key else "model")
+        update(key, k, accepted, verify_s, draft)
+
+    policy.update = record
+    drafter = WithLookup(DraftModel(draft, target.n_vocab, target.n_vocab), PromptLookup())
+    gen = Generation(target, prompt, drafter, draft_max=8, max_tokens=40, ignore_eos=True, policy=policy)
+    for _ in gen:
+        pass
+    assert_equal_or_near_tie(plain, top2, gen.tokens)
+    assert "lookup" in sources and "model" in sources, sources
+    kv = draft.kv_tokens(0)
+    assert kv == (prompt + gen.tokens)[: len(kv)]

@@ -222,3 +222,65 @@ def test_sampling_work_on_the_host_counts_as_cost():
     assert p.choose(0, 8) == 0
     p.sampling(0.010, draft_picks=False)  # prompt lookup: drafts are not sampled, only the target's rows cost
     assert p.choose(0, 8) > 0
+
+
+# -- prompt lookup's free offers alongside a draft model (choose_offer) ---------
+
+F32_LIKE = [0.0] + [0.048 + 0.004 * (n - 1) for n in range(1, 33)]  # a costly target, nearly flat in rows
+DRAFT_CURVE = [0.0] + [0.015 + 0.0035 * (n - 1) for n in range(1, 33)]
+
+
+def hybrid(seed=0):
+    return CostAware(8, F32_LIKE, 0.015, 0.0017, draft_verify_s=DRAFT_CURVE, model_prior=(0.7, 6.0), seed=seed)
+
+
+def teach(policy, key, k, accepted, rounds):
+    for _ in range(rounds):
+        policy.update(key, k, accepted)
+
+
+def test_an_offer_that_is_accepted_as_often_as_the_model_wins_for_costing_nothing():
+    takes = []
+    for seed in range(20):
+        p = hybrid(seed)
+        teach(p, 0, 8, 8, 10)  # the model: everything accepted
+        teach(p, 3, 8, 8, 10)  # lookup's 3-gram matches too
+        k, take = p.choose_offer(3, 8, 8, Situation(lag=1))
+        takes.append(take and k == 8)
+    assert all(takes)
+
+
+def test_a_model_that_drafts_much_better_wins_over_a_poor_offer():
+    choices = []
+    for seed in range(20):
+        p = hybrid(seed)
+        teach(p, 0, 6, 6, 10)  # the model: everything accepted
+        teach(p, 1, 4, 0, 10)  # lookup's 1-gram matches: never
+        k, take = p.choose_offer(1, 8, 8, Situation(lag=1))
+        choices.append((k > 0, take))
+    assert choices.count((True, False)) >= 18, choices
+
+
+def test_an_untried_model_drafts_once_while_its_cache_is_in_step():
+    """Before any evidence the free offer would always look better than a model
+    at its prior; the model drafts first, where learning its worth costs no catch-up."""
+    p = hybrid()
+    k, take = p.choose_offer(2, 8, 8, Situation(lag=1))
+    assert k > 0 and not take
+    teach(p, 0, k, k, 1)
+    teach(p, 2, 8, 8, 6)
+    assert p.choose_offer(2, 8, 8, Situation(lag=12))[1]  # evidence now: the offer, by its own merit
+
+
+def test_policies_without_a_cost_model_take_an_offer_first():
+    assert FixedK().choose_offer(2, 5, 8) == (5, True)
+    assert FixedK().choose_offer(0, 0, 8) == (8, False)
+    assert FixedK().choose_offer(0, 0, 0) == (0, False)  # lookup alone, nothing offered
+
+
+def test_a_short_catch_up_costs_a_pass_on_the_drafts_curve_and_a_prompt_its_bulk_rate():
+    p = hybrid()
+    assert p.catch_up_s(2) == 0.0  # the usual lag: the first draft step feeds it
+    assert p.catch_up_s(6) == pytest.approx(DRAFT_CURVE[6] - 0.015)
+    assert p.catch_up_s(6) > 6 * p.feed_s  # a few tokens cost far more each than in bulk
+    assert p.catch_up_s(1000) == pytest.approx(DRAFT_CURVE[32] - 0.015 + (1000 - 32) * 0.0017)

@@ -25,8 +25,8 @@ MAX_K = 128
 # bench's default policy (fixed) first
 _POLICY_CHOICES = ("fixed", *(p for p in POLICIES if p != "fixed"))
 _CONFIG_USAGE = (
-    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P]"
-    f" (P: {', '.join(_POLICY_CHOICES)})"
+    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P,lookup=on|off] or pair=NAME[:k=N,policy=P,lookup=on|off]"
+    f" (P: {', '.join(_POLICY_CHOICES)}; lookup alongside the draft model: on by default under policy=cost)"
 )
 _OPTIONS_RE = re.compile(r"[a-z_]+=[^,:]*(,[a-z_]+=[^,:]*)*")
 
@@ -43,6 +43,7 @@ class Config:
     pair: str | None = None
     policy: str = "fixed"  # draft-length policy (specgen.policy); k is its ceiling unless fixed
     global_cache: bool = False  # suffix: an index over the earlier requests of the same repeat (runner.Runner)
+    lookup: bool | None = None  # draft/pair: prompt lookup alongside the model (None: as `specgen run`, on under cost)
 
     @property
     def name(self) -> str:
@@ -57,6 +58,8 @@ class Config:
             extra.append(f"policy={self.policy}")
         if self.global_cache:
             extra.append("global=on")
+        if self.lookup is not None:
+            extra.append(f"lookup={'on' if self.lookup else 'off'}")
         head = self.kind if self.kind in ("lookup", "suffix") else f"pair={self.pair}" if self.kind == "pair" else f"draft={self.draft}"
         return head + (":" + ",".join(extra) if extra else "")
 
@@ -64,12 +67,17 @@ class Config:
     def label(self) -> str:
         """A short name for tables: a draft path shows only its file name."""
         if self.kind == "draft" and self.draft and ("/" in self.draft or os.sep in self.draft):
-            return f"draft={Path(self.draft).name}:k={self.k}" + ("" if self.policy == "fixed" else f",policy={self.policy}")
+            return f"draft={Path(self.draft).name}:" + self.name.rsplit(":", 1)[1]
         return self.name
 
     @property
     def drafts_with_model(self) -> bool:
         return self.kind in ("draft", "pair")
+
+    @property
+    def lookup_alongside(self) -> bool:
+        """The loader's rule: with a draft model, lookup too when asked, or by default under the cost policy."""
+        return self.drafts_with_model and (self.lookup or (self.lookup is None and self.policy == "cost"))
 
 
 PLAIN = Config("plain")
@@ -98,11 +106,12 @@ def parse_config(text: str) -> Config:
             ref, tail = _split_options(s[len(kind) + 1 :])
             if not ref:
                 raise SpecgenError(f"--config {text}: {kind}= needs a {'model' if kind == 'draft' else 'pair name'}")
-            opts = _options(tail, ("k", "policy"), text)
+            opts = _options(tail, ("k", "policy", "lookup"), text)
             policy = opts.get("policy", "fixed")
+            lookup = {"on": True, "off": False}.get(opts.get("lookup"))
             if kind == "draft":
-                return Config("draft", opts.get("k", _default_k("draft", policy)), draft=ref, policy=policy)
-            return Config("pair", opts.get("k"), pair=ref, policy=policy)
+                return Config("draft", opts.get("k", _default_k("draft", policy)), draft=ref, policy=policy, lookup=lookup)
+            return Config("pair", opts.get("k"), pair=ref, policy=policy, lookup=lookup)
     raise SpecgenError(f"unknown --config '{text}' ({_CONFIG_USAGE})")
 
 
@@ -127,7 +136,7 @@ def _options(text: str, allowed: tuple[str, ...], whole: str) -> dict:
         key, eq, value = part.partition("=")
         key = key.strip()
         if not eq or key not in allowed:
-            raise SpecgenError(f"--config {whole}: unknown option '{part}' (allowed: {', '.join(k + ('=P' if k == 'policy' else '=on|off' if k == 'global' else '=N') for k in allowed)})")
+            raise SpecgenError(f"--config {whole}: unknown option '{part}' (allowed: {', '.join(k + ('=P' if k == 'policy' else '=on|off' if k in ('global', 'lookup') else '=N') for k in allowed)})")
         if key in out:
             raise SpecgenError(f"--config {whole}: {key} given twice")
         if key == "policy":
@@ -135,9 +144,9 @@ def _options(text: str, allowed: tuple[str, ...], whole: str) -> dict:
                 raise SpecgenError(f"--config {whole}: policy must be one of {', '.join(_POLICY_CHOICES)} (got '{value}')")
             out[key] = value.strip()
             continue
-        if key == "global":
+        if key in ("global", "lookup"):
             if value.strip() not in ("on", "off"):
-                raise SpecgenError(f"--config {whole}: global must be on or off (got '{value}')")
+                raise SpecgenError(f"--config {whole}: {key} must be on or off (got '{value}')")
             out[key] = value.strip()
             continue
         try:

@@ -169,7 +169,7 @@ def chat(
     system: SystemOpt = None,
     model: ModelOpt = None,
     draft: DraftOpt = None,
-    lookup: LookupOpt = False,
+    lookup: LookupOpt = None,
     no_spec: NoSpecOpt = False,
     pair: PairOpt = None,
     draft_max: DraftMaxOpt = None,
@@ -322,7 +322,7 @@ def rewrite(
     show_diff: Annotated[bool, typer.Option("--diff", help="Show a unified diff of the change on stderr.")] = False,
     model: ModelOpt = None,
     draft: DraftOpt = None,
-    lookup: LookupOpt = False,
+    lookup: LookupOpt = None,
     no_spec: NoSpecOpt = False,
     pair: PairOpt = None,
     draft_max: DraftMaxOpt = None,
@@ -394,7 +394,7 @@ def rewrite(
             sys.stdout.write(new_text[len(streamed) :])
             sys.stdout.flush()
         st = gen.stats
-        table = _stats_table(st, loaded.mode, loaded.draft_max, policy)
+        table = _stats_table(st, loaded.label, loaded.draft_max, policy)
         table.add_row("from drafts", f"{st.accepted} of {st.generated} output tokens ({render.pct(rw.draft_share(st.accepted, st.generated))})")
         if interrupted:
             render.stderr_console().print(table)

@@ -21,7 +21,11 @@ from specgen.errors import SpecgenError, read_text_file
 # -- models -------------------------------------------------------------------------
 ModelOpt = Annotated[Optional[str], typer.Option("-m", "--model", help="Target: a .gguf path, a models.toml name or hf:OWNER/REPO/FILE.gguf. Default: the embedded Gemma 3 270M.")]
 DraftOpt = Annotated[Optional[str], typer.Option("-d", "--draft", help="Draft model (same forms as -m). One with another vocabulary drafts through text: its drafts are re-encoded with the target's tokenizer and verified as point masses, so the output stays exactly the target's.")]
-LookupOpt = Annotated[bool, typer.Option("--lookup", help="Draft by prompt lookup (n-gram match over prompt + output). The default without -d.")]
+LookupOpt = Annotated[Optional[bool], typer.Option(
+    "--lookup/--no-lookup",
+    help="Draft by prompt lookup (n-gram match over prompt + output): the default without -d. With -d, lookup's free "
+         "proposals go alongside the draft model's, the better per round by expected speed (the default under the cost "
+         "policy); --no-lookup drafts with the model alone.")]
 NoSpecOpt = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no speculation.")]
 PairOpt = Annotated[Optional[str], typer.Option("--pair", help="A target/draft pair from models.toml.")]
 DraftMaxOpt = Annotated[Optional[int], typer.Option("-k", "--draft-max", help="Draft length: with it alone, a fixed k; with --adaptive, the ceiling (defaults: fixed 8 lookup / 4 draft model; adaptive 16 / 8).")]

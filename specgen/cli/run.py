@@ -47,7 +47,7 @@ def run(
     file: Annotated[Optional[Path], typer.Option("-f", "--file", help="Read the prompt from FILE ('-' = stdin).")] = None,
     model: ModelOpt = None,
     draft: DraftOpt = None,
-    lookup: LookupOpt = False,
+    lookup: LookupOpt = None,
     no_spec: NoSpecOpt = False,
     pair: PairOpt = None,
     draft_max: DraftMaxOpt = None,
@@ -115,7 +115,7 @@ def run(
             if sys.stdout.isatty() and stream.text and not stream.text.endswith("\n"):
                 sys.stdout.write("\n")
                 sys.stdout.flush()
-            render.stderr_console().print(render.stats_table(st, loaded.mode, loaded.draft_max, loaded.policy_name))
+            render.stderr_console().print(render.stats_table(st, loaded.label, loaded.draft_max, loaded.policy_name))
         if interrupted:
             raise typer.Exit(130)
     except BrokenPipeError:  # typer would turn it into exit 1 before main() sees it

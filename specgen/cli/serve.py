@@ -31,7 +31,7 @@ ServeTemplateOpt = retold(TemplateOpt, "Chat template: auto (default), gguf, gem
 def serve(
     model: ModelOpt = None,
     draft: DraftOpt = None,
-    lookup: LookupOpt = False,
+    lookup: LookupOpt = None,
     no_spec: NoSpecOpt = False,
     pair: PairOpt = None,
     draft_max: DraftMaxOpt = None,

@@ -37,7 +37,7 @@ def predicted_rates(alphas: list[float], verify_s: list[float], draft_step_s: fl
 def tune(
     model: ModelOpt = None,
     draft: DraftOpt = None,
-    lookup: LookupOpt = False,
+    lookup: LookupOpt = None,
     pair: PairOpt = None,
     requests: Annotated[int, typer.Option("--requests", help="Bundled requests used to estimate acceptance.")] = 6,
     max_tokens: SampleMaxTokOpt = 48,
