@@ -282,9 +282,9 @@ class Generation:
             return 0
         return max(0, min(self.draft_max, self.max_tokens - len(self.tokens) - 1, self.target.n_ctx - base - 1))
 
-    def situation(self, others_rows: int = 0, others_tokens: float = 0.0, curve=None) -> Situation:
+    def situation(self, others_rows: int = 0, others_tokens: float = 0.0) -> Situation:
         lag = self.drafter.lag(self.seq, self.context) if self.drafter is not None else 0
-        return Situation(lag, self.max_tokens - len(self.tokens), others_rows, others_tokens, curve)
+        return Situation(lag, self.max_tokens - len(self.tokens), others_rows, others_tokens)
 
     def plan(self, draft: Draft, draft_s: float = 0.0) -> list[int]:
         """Take this round's draft; the tokens to verify, `[last, d1 … dk]`."""
@@ -342,8 +342,7 @@ class Generation:
             raise
 
 
-def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: int = 0,
-              curve: Sequence[float] | None = None) -> list[list[int] | None]:
+def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: int = 0) -> list[list[int] | None]:
     """Plan one target pass for generations that share `drafter`: each one's verify
     rows `[last, d1 … dk]`, or None for one that is over.
 
@@ -352,8 +351,7 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
     every k is chosen first, then all sequences are drafted together. Each
     policy is told the rest of the step: `busy_rows` already spoken for
     (prefill chunks), the rows and expected tokens of the sequences planned
-    before it, one row and one token for each after it; `curve`: the measured
-    verify curve of a shared step (a server's StepCosts), for those that share it.
+    before it, one row and one token for each after it.
     """
     limits = [g.limit() for g in gens]
     live = [(g, lim) for g, lim in zip(gens, limits) if lim is not None]
@@ -369,7 +367,7 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
         later = len(live) - i - 1
         key = drafts[i].key
         limit = min(len(drafts[i].tokens), lim) if drafter is not None and drafter.free else lim
-        k = g.policy.choose(key, limit, g.situation(rows + later, tokens + later, curve)) if limit > 0 else 0
+        k = g.policy.choose(key, limit, g.situation(rows + later, tokens + later)) if limit > 0 else 0
         ks.append(k)
         rows += k + 1
         tokens += g.policy.expected_tokens(key, k)

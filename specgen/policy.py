@@ -14,10 +14,6 @@ sequences' rows.
 - CostAware: the k (0 included) that maximises expected tokens per second
   under the measured costs, deciding by Thompson sampling over its acceptance
   estimates (below).
-
-`StepCosts` is a server's measured cost of its shared steps (several
-sequences in one target pass), which a single-sequence profile does not
-predict: handed to the policies in `Situation.curve`.
 """
 
 from __future__ import annotations
@@ -65,7 +61,6 @@ class Situation:
     remaining: int = 1 << 30  # tokens this generation may still emit
     others_rows: int = 0  # rows the rest of a shared step holds
     others_tokens: float = 0.0  # tokens the rest of that step is expected to emit
-    curve: Sequence[float] | None = None  # a shared step's verify curve (StepCosts), when others_rows > 0
 
 
 ALONE = Situation()
@@ -260,8 +255,7 @@ class CostAware(Policy):
     def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
         """Expected tokens per second for k = 0 … len(alphas)."""
         step = self.draft_step_s + (self.pick_s if self.draft_picks else 0.0)
-        curve = situation.curve if situation.curve is not None and situation.others_rows > 0 else self.verify_s
-        return [step_rate(alphas, k, curve, step, situation, self.pick_s) for k in range(len(alphas) + 1)]
+        return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s) for k in range(len(alphas) + 1)]
 
     def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
         limit = min(limit, self.k_max)
@@ -313,85 +307,3 @@ class CostAware(Policy):
 
     def expected_tokens(self, key: int, k: int) -> float:
         return expected_tokens(self._acc(key).rates(k))
-
-    @property
-    def profile(self) -> list[float]:
-        """The measured verify curve this policy started from."""
-        return self._profile[0]
-
-
-class StepCosts:
-    """A server's shared steps, measured: what a target pass that held several
-    sequences cost, against what the single-sequence profile says for its rows.
-
-    The profile is one short sequence alone; a shared step attends over every
-    sequence's cache in the unified pool, and on a CPU its extra rows cost more
-    than the profile says (Gemma 3 270M, 2 threads, 4 sequences of a few
-    hundred tokens: 1.2x the profile at 4 rows, about 1.7x at 16), so a policy
-    planning on the profile drafts where the rows cost more than they bring.
-    Each observed pass gives a ratio, observed / profile, kept as a decayed
-    mean per size band (1, 2, 3-4, 5-8, … rows); the curve is the profile
-    times its band's ratio. A band not seen yet takes the nearest seen band
-    below it (rows never get cheaper as a step grows), else above. Ratios are
-    divided by the most-seen band's when it exceeds 1: other processes inflate
-    every pass alike, and the costs beside the verify curve (draft steps,
-    sampling) must stay comparable, so the curve keeps the observed shape at
-    the profile's level. Not seeded (no profile): no curve.
-    """
-
-    def __init__(self, decay: float = 0.95) -> None:
-        self.decay = decay
-        self.profile: list[float] | None = None
-        self._w = [0.0] * 12  # decayed observations per band: band b holds rows in (2^(b-1), 2^b]
-        self._r = [1.0] * 12  # their mean ratio, observed / profile
-
-    @property
-    def ready(self) -> bool:
-        return self.profile is not None
-
-    def seed(self, profile: Sequence[float]) -> None:
-        """The single-sequence verify profile (index 0 unused) the ratios are taken against."""
-        self.profile = list(profile)
-
-    @staticmethod
-    def band(rows: int) -> int:
-        return min(max(rows - 1, 0).bit_length(), 11)
-
-    def observe(self, rows: int, seconds: float) -> None:
-        """One shared target pass of `rows` logit rows took `seconds`."""
-        if self.profile is None or rows < 1:
-            return
-        b = self.band(rows)
-        self._w[b] = self._w[b] * self.decay + 1.0
-        self._r[b] += (seconds / verify_cost(self.profile, rows) - self._r[b]) / self._w[b]
-
-    def ratio(self, rows: int) -> float:
-        """The measured ratio for a step of `rows` rows, normalised (see the class)."""
-        b = self.band(rows)
-        seen = [i for i, w in enumerate(self._w) if w > 0]
-        if not seen:
-            return 1.0
-        below = [i for i in seen if i <= b]
-        r = self._r[below[-1]] if below else self._r[seen[0]]
-        most = max(seen, key=self._w.__getitem__)
-        return r / max(self._r[most], 1.0)
-
-    def cost(self, rows: int) -> float:
-        return verify_cost(self.profile, rows) * self.ratio(rows)
-
-    def curve(self) -> "_Curve":
-        """The shared step's verify curve, for `step_rate` (indexable by rows)."""
-        return _Curve(self)
-
-
-class _Curve:
-    """StepCosts as a verify curve: curve[n] = its cost of n rows, any n >= 1."""
-
-    def __init__(self, costs: StepCosts) -> None:
-        self._costs = costs
-
-    def __len__(self) -> int:
-        return 1 << 30
-
-    def __getitem__(self, rows: int) -> float:
-        return self._costs.cost(rows) if rows > 0 else 0.0

@@ -15,9 +15,7 @@ through `decoding.plan_step`, as in a single-sequence run: a draft model
 drafts all sequences together, step by step, in its own context, and the
 cost-aware policy sees the step it is planned into: it maximises the step's
 expected tokens per second, so drafting shrinks as the other rows saturate
-the machine. What a shared step costs is measured here (`StepCosts`: the
-steps that held several sequences, timed), not read off the single-sequence
-profile, which underprices each row of a step over several caches.
+the machine.
 
 The engine must be opened with n_seq_max >= slots; kv_unified=True keeps a
 mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
@@ -40,7 +38,7 @@ from typing import Callable, Sequence
 
 from specgen.decoding import Generation, plan_step
 from specgen.errors import SpecgenError
-from specgen.policy import FixedK, StepCosts
+from specgen.policy import FixedK
 from specgen.sampling import SamplingParams
 
 MAX_SLOTS = 256  # llama.cpp's LLAMA_MAX_SEQ
@@ -165,7 +163,6 @@ class Server:
         self.new_policy = new_policy or FixedK
         self.ignore_eos = ignore_eos
         self.steps = 0  # decode_batch calls on the target
-        self.step_costs = StepCosts()  # shared steps' measured cost, seeded by the first cost-aware policy
         self.step_log: list[tuple[int, int, int]] = []  # (sequences, verify rows, prefill rows) per step
         # the online queue (submit / cancel / step)
         self._waiting: deque[tuple[Job, int, float]] = deque()  # (job, cache need, submitted at)
@@ -259,13 +256,9 @@ class Server:
             return finished_now
         generating = [a for a in active if not a.prefilling]
         parts, owners = self._build_step(active, generating)
-        t0 = time.perf_counter()
         views = self.target.decode_batch(parts) if parts else []
-        step_s = time.perf_counter() - t0
         self.steps += bool(parts)
         n_rows = sum(len(p[1]) for p in parts)
-        if len(parts) > 1 and all(kind == "verify" for _, kind in owners):  # shared, every row with logits
-            self.step_costs.observe(n_rows, step_s)
         for a in active:
             self._rows_seen[a.seq][n_rows] += 1
         finished = self._settle(generating, owners, views)
@@ -319,12 +312,9 @@ class Server:
     # -- one step ---------------------------------------------------------
     def _admit(self, job: Job, seq: int, need: int, t0: float) -> _Active:
         k = self.draft_max if job.draft_max is None else max(0, min(job.draft_max, self.draft_max))
-        policy = self.new_policy()
-        if not self.step_costs.ready and hasattr(policy, "profile"):
-            self.step_costs.seed(policy.profile)
         gen = Generation(
             self.target, job.prompt, self.drafter, draft_max=k, max_tokens=job.max_tokens,
-            params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=policy,
+            params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=self.new_policy(),
         )
         self.target.truncate(seq, 0)
         gen.begin()
@@ -345,8 +335,7 @@ class Server:
             prefill_parts.append((a, chunk, 1 if last else 0))
             budget -= len(chunk)
         prefill_rows = sum(len(c) for _, c, _ in prefill_parts)
-        curve = self.step_costs.curve() if self.step_costs.ready else None
-        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter, prefill_rows, curve)):
+        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter, prefill_rows)):
             a.planned = rows
         parts, owners = [], []
         for a in generating:
