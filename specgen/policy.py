@@ -219,8 +219,6 @@ class CostAware(Policy):
     While nothing is drafted no evidence arrives, so the counts fade (by
     `idle_decay` a round) and the spread grows back: a drafter that cannot
     pay is probed rarely, one whose acceptance changes is found again.
-    In a step shared with other sequences it chooses at the estimates (z = 0):
-    no probes where a probe costs everyone.
 
     A draft model whose cache lags (its prompt not yet read, tokens settled
     while it sat out) first pays the catch-up: it drafts only if catch-up +
@@ -263,14 +261,8 @@ class CostAware(Policy):
             return 0
         acc = self._acc(key)
         # optimistic Thompson sampling: only upward draws, so noise never cuts
-        # a draft the estimates already favour; it only tries k they do not.
-        # Not in a shared step: there a probe's cost falls on every sequence
-        # in it, and the margin drafting can win beside other rows is a few
-        # per cent, well inside an upward draw, so probes were mostly losses
-        # (Gemma 3 270M, 2 threads, 4 sequences: 0.79x a plain batch with
-        # them, 1.0x without). Probes happen in steps a sequence has alone;
-        # the acceptance estimate is shared by a server's requests.
-        z = max(float(self.rng.standard_normal()), 0.0) if situation.others_rows == 0 else 0.0
+        # a draft the estimates already favour; it only tries k they do not
+        z = max(float(self.rng.standard_normal()), 0.0)
         rates = self.rates(acc.rates(limit, z=z), situation)
         k = max(range(limit + 1), key=rates.__getitem__)
         if k and situation.lag > 2 and not self._catch_up_pays(situation.lag, situation.remaining, rates[k], rates[0]):

@@ -222,36 +222,3 @@ def test_sampling_work_on_the_host_counts_as_cost():
     assert p.choose(0, 8) == 0
     p.sampling(0.010, draft_picks=False)  # prompt lookup: drafts are not sampled, only the target's rows cost
     assert p.choose(0, 8) > 0
-
-
-# The shape of Gemma 3 270M's measured curve on 2 CPU threads (ms at n rows): a jump above 4 rows.
-_MEASURED = {1: 20, 2: 27, 3: 31, 4: 33, 6: 52, 8: 52, 12: 67, 16: 84, 32: 157}
-MEASURED = [0.0] + [float(np.interp(n, sorted(_MEASURED), [_MEASURED[x] / 1e3 for x in sorted(_MEASURED)]))
-                    for n in range(1, 33)]
-
-
-def _best(policy, alphas, situation):
-    rates = policy.rates(alphas, situation)
-    return max(range(len(rates)), key=rates.__getitem__)
-
-
-def test_a_shared_step_chooses_at_the_estimates_without_probes():
-    beside_three = Situation(others_rows=3, others_tokens=3.0)
-    p = CostAware(8, MEASURED)  # a fresh prior: thin evidence, widely spread draws
-    acc = p._acc(0)
-    # the estimates say plain beside three other rows; an upward draw of one sd would draft
-    assert _best(p, acc.rates(8), beside_three) == 0 and _best(p, acc.rates(8, z=1.0), beside_three) > 0
-    assert [p.choose(0, 8, beside_three) for _ in range(200)] == [0] * 200
-    # alone, the same estimates are still probed by optimistic draws
-    alone = CostAware(8, MEASURED)
-    assert len({alone.choose(0, 8) for _ in range(200)}) > 1
-
-
-def test_a_shared_step_still_drafts_where_the_estimates_favour_it():
-    beside_three = Situation(others_rows=3, others_tokens=3.0)
-    p = CostAware(8, MEASURED)
-    acc = p._acc(0)
-    acc.reached[:] = [1000.0] * 8  # long accepted runs, well established
-    acc.accepted[:] = [990.0] * 8
-    k = p.choose(0, 8, beside_three)
-    assert k > 0 and k == _best(p, acc.rates(8), beside_three)

@@ -197,22 +197,6 @@ def test_batch_aware_policy_stops_drafting_on_a_saturated_step():
     assert mean_choice(cpu, 0) > 0 and mean_choice(cpu, 15) == 0
 
 
-def test_a_server_does_not_probe_drafts_in_shared_steps():
-    """Four requests with a fresh shared estimate on a CPU-like curve: every shared
-    step is plain (optimistic probes there cost every sequence)."""
-    from test_policy import MEASURED
-
-    eng = MultiFakeEngine(chain_table(50), n_batch=64)
-    shared: dict = {}
-    server = Server(eng, 4, draft_max=8, drafter=WrongAfter(50, good=8), ignore_eos=True,
-                    new_policy=lambda: CostAware(8, MEASURED, shared=shared))
-    out = server.serve([Job(f"r{i}", [i], max_tokens=12) for i in range(4)])
-    assert len(out) == 4
-    plain = [(n, rows) for n, rows, prefill in server.step_log if n > 1 and prefill == 0]
-    assert plain and all(rows == n for n, rows in plain)  # one row per sequence: nothing drafted
-    assert all(r.gen.tokens == list(range(int(r.job.id[1:]) + 1, int(r.job.id[1:]) + 13)) for r in out)
-
-
 # =========================================================== the real model (Gemma 3 270M)
 
 N_REAL = 16
