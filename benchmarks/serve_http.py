@@ -250,7 +250,8 @@ def main() -> None:
     ap.add_argument("--specgen", action="append", default=None, metavar="CONFIG::FLAGS",
                     help="a specgen configuration: its bench --config name, '::', its specgen serve flags (repeatable; "
                          "default: 'lookup:k=8::--lookup -k 8' and 'lookup:k=16,policy=cost::' (serve's defaults)); "
-                         "the last one is the one held against llama-server")
+                         "the last one is the one held against llama-server; CONFIG@DIR serves it from the specgen "
+                         "checkout in DIR (e.g. the code before a change, side by side)")
     ap.add_argument("--llama-args", default="-kvu", help="extra llama-server flags (default: -kvu, one KV pool as specgen's)")
     ap.add_argument("--no-bench", action="store_true", help="skip the in-process runs")
     ap.add_argument("--rows", type=Path, default=None, help="write every per-request row here (JSONL)")
@@ -275,12 +276,17 @@ def main() -> None:
         cfg, sep, flags = spec.partition("::")
         if not sep:
             sys.exit(f"--specgen {spec!r}: expected CONFIG::FLAGS")
+        cfg, at, root = cfg.partition("@")  # CONFIG@DIR: served from another checkout (a before/after in one run)
+        if at and not (Path(root) / "specgen" / "__init__.py").is_file():
+            sys.exit(f"--specgen {spec!r}: {root} holds no specgen checkout")
+        name = f"serve[{cfg}@{Path(root).name}]" if at else f"serve[{cfg}]"
         port = free_port()
-        servers.append(HttpSystem(f"serve[{cfg}]", [sys.executable, "-m", "specgen", "serve", "-m", model, *common,
-                                                      "--port", str(port), "--ignore-eos", "-n", str(a.max_tokens),
-                                                      *flags.split()], logdir / f"serve-{len(servers)}.log", port, env))
-        if not a.no_bench:
-            pairs.append((f"serve[{cfg}]", f"bench[{cfg}]"))
+        servers.append(HttpSystem(name, [sys.executable, "-m", "specgen", "serve", "-m", model, *common,
+                                         "--port", str(port), "--ignore-eos", "-n", str(a.max_tokens),
+                                         *flags.split()], logdir / f"serve-{len(servers)}.log", port,
+                                  {**env, "PYTHONPATH": str(Path(root).resolve())} if at else env))
+        if not a.no_bench and not at:
+            pairs.append((name, f"bench[{cfg}]"))
     if a.llama_server:
         for t in a.llama_types.split(","):
             port = free_port()
