@@ -308,6 +308,8 @@ class CostAware(Policy):
             # no offer, or the model has not drafted yet and its cache is in
             # step: it drafts once now, while learning what it is worth is cheap
             return (self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0), False
+        if limit <= 0:  # lookup alone: nothing to weigh it against
+            return self.choose(key, offered, situation), True
         # one upward draw for each option, independent (Thompson sampling over
         # two arms): an option the evidence rates lower is still tried, now and then
         z, z_model = np.maximum(self.rng.standard_normal(2), 0.0)
