@@ -67,18 +67,19 @@ ALONE = Situation()
 
 
 def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_step_s: float,
-              situation: Situation = ALONE, pick_s: float = 0.0) -> float:
+              situation: Situation = ALONE, pick_s: float = 0.0, round_s: float = 0.0) -> float:
     """Expected tokens per second of a step in which this sequence verifies k drafts:
-    (others' tokens + E) / (verify(others' rows + k + 1) + k · draft step + E · pick),
+    (others' tokens + E) / (verify(others' rows + k + 1) + k · draft step + [k > 0] · round + E · pick),
     E = E[tokens | k]. Alone, this is Leviathan's speedup model with a measured
     verify curve; in a shared step, extra rows buy fewer tokens than they cost
     everyone once the machine saturates. `pick_s`: the host's work to turn one
     row of logits into a sampled token (sampling only); the acceptance rule
-    reads about E of the target's rows."""
+    reads about E of the target's rows. `round_s`: what a drafting round costs
+    beyond its k steps (a translated draft's re-tokenizing)."""
     s = situation
     e = expected_tokens(alphas[:k])
     return (s.others_tokens + e) / (
-        verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s + e * pick_s
+        verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s + (round_s if k else 0.0) + e * pick_s
     )
 
 
@@ -202,6 +203,10 @@ class Acceptance:
             self.accepted[i] *= decay
 
 
+def _best(rates: Sequence[float]) -> int:
+    return max(range(len(rates)), key=rates.__getitem__)
+
+
 class CostAware(Policy):
     """Choose k to maximise expected tokens per second, k = 0 (a plain step) included.
 
@@ -224,6 +229,20 @@ class CostAware(Policy):
     while it sat out) first pays the catch-up: it drafts only if catch-up +
     the remaining tokens at the drafting rate beat the remaining tokens at the
     plain rate.
+
+    A probe (a round the draw alone sends drafting, the estimates favouring
+    k = 0) drafts the shortest k the draw favours: it tests the first
+    positions, where the evidence is, and a long draft's rounds cost most
+    when the draw was wrong. Its round pays the whole catch-up of the draft's
+    cache: the estimates expect plain rounds after it, so nothing amortises it
+    (after a long plain stretch, probes wait until the evidence has faded
+    enough to promise a round that pays back its catch-up too).
+
+    A drafter that reports `Draft.extra_s` (a translated draft) costs more a
+    round than k steps: its text is turned into tokens both ways, and its
+    first pass feeds the re-tokenized tail, often several of its own tokens.
+    `round_s` learns that excess from what such rounds took beyond k steps
+    at the step estimate, so its choices see the real per-round cost.
     """
 
     name = "cost"
@@ -236,6 +255,7 @@ class CostAware(Policy):
         self.verify_s = list(verify_s)  # verify_s[n]: a target pass with n logit rows (index 0 unused)
         self.draft_step_s = draft_step_s
         self.feed_s = feed_s  # seconds per token of a bulk catch-up of the draft's cache
+        self.round_s = 0.0  # a drafting round's cost beyond k steps (drafters that report Draft.extra_s)
         self._profile = (list(verify_s), draft_step_s, feed_s)  # the measured costs: ceilings of the estimates
         self.prior = prior
         self.decay = decay
@@ -253,7 +273,8 @@ class CostAware(Policy):
     def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
         """Expected tokens per second for k = 0 … len(alphas)."""
         step = self.draft_step_s + (self.pick_s if self.draft_picks else 0.0)
-        return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s) for k in range(len(alphas) + 1)]
+        return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s, self.round_s)
+                for k in range(len(alphas) + 1)]
 
     def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
         limit = min(limit, self.k_max)
@@ -263,13 +284,28 @@ class CostAware(Policy):
         # optimistic Thompson sampling: only upward draws, so noise never cuts
         # a draft the estimates already favour; it only tries k they do not
         z = max(float(self.rng.standard_normal()), 0.0)
-        rates = self.rates(acc.rates(limit, z=z), situation)
-        k = max(range(limit + 1), key=rates.__getitem__)
-        if k and situation.lag > 2 and not self._catch_up_pays(situation.lag, situation.remaining, rates[k], rates[0]):
-            k = 0
+        alphas = acc.rates(limit, z=z)
+        rates = self.rates(alphas, situation)
+        k = _best(rates)
+        probe = bool(k and z) and _best(self.rates(acc.rates(limit), situation)) == 0
+        if probe:
+            k = next(n for n in range(1, k + 1) if rates[n] > rates[0])  # the shortest the draw favours
+        if k and situation.lag > 2:
+            # a catch-up pays back over the tokens left, but a probe's over its own round
+            left = expected_tokens(alphas[:k]) if probe else situation.remaining
+            if not self._catch_up_pays(situation.lag, left, rates[k], rates[0]):
+                k = 0
         if k == 0:
             acc.forget(self.idle_decay)
         return k
+
+    def _learn_round(self, k: int, draft) -> None:
+        """A drafting round's work beyond k steps at the step estimate, from rounds
+        without a bulk catch-up (that is learned apart, as feed_s)."""
+        if draft.extra_s is None or not k or draft.fed or not draft.steps:
+            return
+        seen = max(draft.step_s + draft.extra_s - draft.steps * self.draft_step_s, 0.0)
+        self.round_s = _follow(self.round_s, seen, math.inf)
 
     def _catch_up_pays(self, lag: int, remaining: int, rate_k: float, rate_0: float) -> bool:
         """Catching up `lag` tokens, then drafting the rest, beats not drafting."""
@@ -289,6 +325,7 @@ class CostAware(Policy):
         if k > 0:
             self._acc(key).add(k, accepted, self.decay)
         if draft is not None:
+            self._learn_round(k, draft)
             if draft.steps and draft.step_s > 0:
                 self.draft_step_s = _follow(self.draft_step_s, draft.step_s / draft.steps, self._profile[1])
             if draft.fed and draft.fed_s > 0:

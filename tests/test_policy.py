@@ -222,3 +222,86 @@ def test_sampling_work_on_the_host_counts_as_cost():
     assert p.choose(0, 8) == 0
     p.sampling(0.010, draft_picks=False)  # prompt lookup: drafts are not sampled, only the target's rows cost
     assert p.choose(0, 8) > 0
+
+
+# A translated draft (SmolLM2 135M drafting for the all-F32 Gemma 3 270M, measured
+# here): the target's verify curve, a 12 ms draft step, 5 ms a token of bulk
+# catch-up; a drafting round's first pass feeds the re-tokenized tail (two of the
+# draft's tokens: one step and one fed token) and translation takes 0.6 ms.
+F32_TARGET = [0.0, 0.0480, 0.0582, 0.0622, 0.0627, 0.0662, 0.0698, 0.0721, 0.0744]
+F32_TARGET += [F32_TARGET[-1] + 0.0023 * n for n in range(1, 25)]
+SMOL_STEP, SMOL_FEED, TRANSLATE_S = 0.012, 0.005, 0.0006
+
+
+def translated_run(policy, alpha, tokens=300, seed=0):
+    """One generation with a translated draft: the draft's cache lags one token a
+    plain round, and a round after more than two is a bulk catch-up first (as
+    DraftModel reports it). Returns the k chosen per round and the seconds spent."""
+    rng = np.random.default_rng(seed)
+    ks, seconds, emitted, lag = [], 0.0, 0, 1
+    while emitted < tokens:
+        k = policy.choose(0, 8, Situation(lag=lag, remaining=tokens - emitted))
+        acc = 0
+        while acc < k and rng.random() < alpha:
+            acc += 1
+        draft = None
+        if k and lag > 2:
+            draft = Draft([0] * k, steps=k - 1, step_s=(k - 1) * SMOL_STEP, fed=lag, fed_s=lag * SMOL_FEED)
+        elif k:
+            draft = Draft([0] * k, steps=k, step_s=k * SMOL_STEP + SMOL_FEED)
+        if draft is not None:
+            draft.extra_s = TRANSLATE_S
+            seconds += draft.step_s + draft.fed_s + draft.extra_s
+        lag = 1 if k else lag + 1
+        seconds += F32_TARGET[k + 1]
+        policy.update(0, k, acc, F32_TARGET[k + 1], draft)
+        ks.append(k)
+        emitted += acc + 1
+    return ks, emitted * F32_TARGET[1] / seconds  # speed vs plain
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_translated_draft_that_cannot_pay_settles_at_zero_and_stops_probing(seed):
+    """Acceptance 0.35 cannot pay for a translated round (its first pass and its
+    translation cost more than a step), nor for the catch-ups its probes need."""
+    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED)
+    ks, speed = translated_run(p, alpha=0.35, seed=seed)
+    assert ks[20:40].count(0) >= 18
+    assert sum(k > 0 for k in ks[30:]) <= 0.04 * len(ks[30:])
+    assert p.round_s > 0.5 * SMOL_FEED  # the per-round excess was learned
+    assert speed >= 0.9
+
+
+def test_a_translated_draft_that_pays_keeps_drafting():
+    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED)
+    ks, speed = translated_run(p, alpha=0.85)
+    assert sum(k > 0 for k in ks[20:]) >= 0.9 * len(ks[20:])
+    assert speed > 1.2
+
+
+def test_only_drafters_that_report_extra_work_pay_a_per_round_excess():
+    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED)
+    p.update(0, 2, 1, F32_TARGET[3], Draft([1, 2], steps=2, step_s=2 * SMOL_STEP + SMOL_FEED))
+    assert p.round_s == 0.0  # a same-vocabulary draft model: unchanged
+    d = Draft([1, 2], steps=2, step_s=2 * SMOL_STEP + SMOL_FEED)
+    d.extra_s = TRANSLATE_S
+    p.update(0, 2, 1, F32_TARGET[3], d)
+    assert p.round_s == pytest.approx(SMOL_FEED + TRANSLATE_S)
+    # a round after a bulk catch-up says nothing of it (its feed is learned apart)
+    d = Draft([1, 2], steps=1, step_s=SMOL_STEP, fed=20, fed_s=0.1)
+    d.extra_s = 0.1
+    p.update(0, 2, 1, F32_TARGET[3], d)
+    assert p.round_s == pytest.approx(SMOL_FEED + TRANSLATE_S)
+    assert step_rate([0.5], 1, F32_TARGET, SMOL_STEP, round_s=0.01) == pytest.approx(1.5 / (F32_TARGET[2] + SMOL_STEP + 0.01))
+    assert step_rate([0.5], 0, F32_TARGET, SMOL_STEP, round_s=0.01) == pytest.approx(1 / F32_TARGET[1])
+
+
+def test_a_probe_is_short():
+    """Where the estimates favour plain steps, a draw that favours drafting
+    tries the shortest draft it favours, never a long one."""
+    p = CostAware(8, F32_TARGET, SMOL_STEP, idle_decay=1.0)
+    p.round_s = SMOL_FEED + TRANSLATE_S
+    p._acc(0).reached[:] = [4.0]
+    p._acc(0).accepted[:] = [1.4]  # α = 0.35 at the first position; later ones unseen
+    ks = [p.choose(0, 8) for _ in range(400)]
+    assert ks.count(0) >= 250 and ks.count(1) > 0 and max(ks) <= 2
