@@ -300,11 +300,12 @@ class CostAware(Policy):
         return k
 
     def _learn_round(self, k: int, draft) -> None:
-        """A drafting round's work beyond k steps at the step estimate, from rounds
-        without a bulk catch-up (that is learned apart, as feed_s)."""
+        """A drafting round's work beyond k steps at the step estimate (k: the tokens
+        it delivered, fewer than its passes where a translation came out short),
+        from rounds without a bulk catch-up (that is learned apart, as feed_s)."""
         if draft.extra_s is None or not k or draft.fed or not draft.steps:
             return
-        seen = max(draft.step_s + draft.extra_s - draft.steps * self.draft_step_s, 0.0)
+        seen = max(draft.step_s + draft.extra_s - k * self.draft_step_s, 0.0)
         self.round_s = _follow(self.round_s, seen, math.inf)
 
     def _catch_up_pays(self, lag: int, remaining: int, rate_k: float, rate_0: float) -> bool:
