@@ -67,19 +67,19 @@ ALONE = Situation()
 
 
 def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_step_s: float,
-              situation: Situation = ALONE, pick_s: float = 0.0, round_s: float = 0.0) -> float:
+              situation: Situation = ALONE, pick_s: float = 0.0, round_scale: float = 1.0) -> float:
     """Expected tokens per second of a step in which this sequence verifies k drafts:
     (others' tokens + E) / (verify(others' rows + k + 1) + k · draft step + [k > 0] · round + E · pick),
     E = E[tokens | k]. Alone, this is Leviathan's speedup model with a measured
     verify curve; in a shared step, extra rows buy fewer tokens than they cost
     everyone once the machine saturates. `pick_s`: the host's work to turn one
     row of logits into a sampled token (sampling only); the acceptance rule
-    reads about E of the target's rows. `round_s`: what a drafting round costs
-    beyond its k steps (a translated draft's re-tokenizing)."""
+    reads about E of the target's rows. `round_scale`: how much more a drafting
+    round's verify and draft steps really take (a translated draft's re-tokenizing)."""
     s = situation
     e = expected_tokens(alphas[:k])
     return (s.others_tokens + e) / (
-        verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s + (round_s if k else 0.0) + e * pick_s
+        (verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s) * (round_scale if k else 1.0) + e * pick_s
     )
 
 
@@ -234,15 +234,19 @@ class CostAware(Policy):
     k = 0) drafts the shortest k the draw favours: it tests the first
     positions, where the evidence is, and a long draft's rounds cost most
     when the draw was wrong. Its round pays the whole catch-up of the draft's
-    cache: the estimates expect plain rounds after it, so nothing amortises it
-    (after a long plain stretch, probes wait until the evidence has faded
-    enough to promise a round that pays back its catch-up too).
+    cache: the estimates expect plain rounds after it, so nothing amortises it.
+    Any other round amortises a catch-up over no more rounds than its estimate
+    rests on (the first position's decayed count plus the prior's weight):
+    evidence faded back to the prior over a long plain stretch does not buy a
+    long catch-up.
 
     A drafter that reports `Draft.extra_s` (a translated draft) costs more a
-    round than k steps: its text is turned into tokens both ways, and its
-    first pass feeds the re-tokenized tail, often several of its own tokens.
-    `round_s` learns that excess from what such rounds took beyond k steps
-    at the step estimate, so its choices see the real per-round cost.
+    round than k steps and a verify pass: its text is turned into tokens both
+    ways, its first pass feeds the re-tokenized tail (often several of its
+    own tokens), a translation that comes out short wastes passes. For it,
+    `round_scale` learns what its drafting rounds really take (draft and
+    verify, observed) over what the estimates say, and scales their cost, so
+    its choices see the real per-round cost. Other drafters: 1.
     """
 
     name = "cost"
@@ -255,7 +259,8 @@ class CostAware(Policy):
         self.verify_s = list(verify_s)  # verify_s[n]: a target pass with n logit rows (index 0 unused)
         self.draft_step_s = draft_step_s
         self.feed_s = feed_s  # seconds per token of a bulk catch-up of the draft's cache
-        self.round_s = 0.0  # a drafting round's cost beyond k steps (drafters that report Draft.extra_s)
+        self.round_scale = 1.0  # real ÷ estimated cost of a drafting round (drafters that report Draft.extra_s)
+        self._rounds_seen = 0
         self._profile = (list(verify_s), draft_step_s, feed_s)  # the measured costs: ceilings of the estimates
         self.prior = prior
         self.decay = decay
@@ -273,7 +278,7 @@ class CostAware(Policy):
     def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
         """Expected tokens per second for k = 0 … len(alphas)."""
         step = self.draft_step_s + (self.pick_s if self.draft_picks else 0.0)
-        return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s, self.round_s)
+        return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s, self.round_scale)
                 for k in range(len(alphas) + 1)]
 
     def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
@@ -291,22 +296,27 @@ class CostAware(Policy):
         if probe:
             k = next(n for n in range(1, k + 1) if rates[n] > rates[0])  # the shortest the draw favours
         if k and situation.lag > 2:
-            # a catch-up pays back over the tokens left, but a probe's over its own round
-            left = expected_tokens(alphas[:k]) if probe else situation.remaining
+            # a catch-up must pay back within the rounds the estimate rests on (a
+            # probe's within its own round): faded evidence promises few rounds
+            rounds = 1.0 if probe else (acc.reached[0] if acc.reached else 0.0) + acc.strength
+            left = min(situation.remaining, rounds * expected_tokens(alphas[:k]))
             if not self._catch_up_pays(situation.lag, left, rates[k], rates[0]):
                 k = 0
         if k == 0:
             acc.forget(self.idle_decay)
         return k
 
-    def _learn_round(self, k: int, draft) -> None:
-        """A drafting round's work beyond k steps at the step estimate (k: the tokens
-        it delivered, fewer than its passes where a translation came out short),
-        from rounds without a bulk catch-up (that is learned apart, as feed_s)."""
-        if draft.extra_s is None or not k or draft.fed or not draft.steps:
+    def _learn_round(self, k: int, draft, verify_s: float | None) -> None:
+        """A drafting round's time (its draft work and its verify pass) over what the
+        estimates say for k tokens (k: those it delivered, fewer than its passes
+        where a translation came out short), from rounds alone in their pass and
+        without a bulk catch-up (that is learned apart, as feed_s)."""
+        if draft.extra_s is None or not k or draft.fed or not draft.steps or not verify_s:
             return
-        seen = max(draft.step_s + draft.extra_s - k * self.draft_step_s, 0.0)
-        self.round_s = _follow(self.round_s, seen, math.inf)
+        said = verify_cost(self.verify_s, k + 1) + k * self.draft_step_s
+        seen = (verify_s + draft.step_s + draft.extra_s) / said
+        self._rounds_seen += 1
+        self.round_scale = seen if self._rounds_seen == 1 else self.round_scale + 0.2 * (seen - self.round_scale)
 
     def _catch_up_pays(self, lag: int, remaining: int, rate_k: float, rate_0: float) -> bool:
         """Catching up `lag` tokens, then drafting the rest, beats not drafting."""
@@ -326,7 +336,7 @@ class CostAware(Policy):
         if k > 0:
             self._acc(key).add(k, accepted, self.decay)
         if draft is not None:
-            self._learn_round(k, draft)
+            self._learn_round(k, draft, verify_s)
             if draft.steps and draft.step_s > 0:
                 self.draft_step_s = _follow(self.draft_step_s, draft.step_s / draft.steps, self._profile[1])
             if draft.fed and draft.fed_s > 0:

@@ -268,7 +268,7 @@ def test_a_translated_draft_that_cannot_pay_settles_at_zero_and_stops_probing(se
     ks, speed = translated_run(p, alpha=0.35, seed=seed)
     assert ks[20:40].count(0) >= 18
     assert sum(k > 0 for k in ks[30:]) <= 0.04 * len(ks[30:])
-    assert p.round_s > 0.5 * SMOL_FEED  # the per-round excess was learned
+    assert p.round_scale > 1.03  # the per-round excess was learned
     assert speed >= 0.9
 
 
@@ -282,25 +282,30 @@ def test_a_translated_draft_that_pays_keeps_drafting():
 def test_only_drafters_that_report_extra_work_pay_a_per_round_excess():
     p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED)
     p.update(0, 2, 1, F32_TARGET[3], Draft([1, 2], steps=2, step_s=2 * SMOL_STEP + SMOL_FEED))
-    assert p.round_s == 0.0  # a same-vocabulary draft model: unchanged
+    assert p.round_scale == 1.0  # a same-vocabulary draft model: unchanged
     d = Draft([1, 2], steps=2, step_s=2 * SMOL_STEP + SMOL_FEED)
     d.extra_s = TRANSLATE_S
-    p.update(0, 2, 1, F32_TARGET[3], d)
-    assert p.round_s == pytest.approx(SMOL_FEED + TRANSLATE_S)
-    # a round after a bulk catch-up says nothing of it (its feed is learned apart)
+    p.update(0, 2, 1, 1.1 * F32_TARGET[3], d)  # its verify rows took 10 % more than profiled too
+    said = F32_TARGET[3] + 2 * SMOL_STEP
+    real = 1.1 * F32_TARGET[3] + 2 * SMOL_STEP + SMOL_FEED + TRANSLATE_S
+    assert p.round_scale == pytest.approx(real / said)
+    # a round after a bulk catch-up says nothing of it (its feed is learned apart), nor one in a shared pass
     d = Draft([1, 2], steps=1, step_s=SMOL_STEP, fed=20, fed_s=0.1)
     d.extra_s = 0.1
     p.update(0, 2, 1, F32_TARGET[3], d)
-    assert p.round_s == pytest.approx(SMOL_FEED + TRANSLATE_S)
-    assert step_rate([0.5], 1, F32_TARGET, SMOL_STEP, round_s=0.01) == pytest.approx(1.5 / (F32_TARGET[2] + SMOL_STEP + 0.01))
-    assert step_rate([0.5], 0, F32_TARGET, SMOL_STEP, round_s=0.01) == pytest.approx(1 / F32_TARGET[1])
+    d = Draft([1, 2], steps=2, step_s=1.0)
+    d.extra_s = 0.1
+    p.update(0, 2, 1, None, d)
+    assert p.round_scale == pytest.approx(real / said)
+    assert step_rate([0.5], 1, F32_TARGET, SMOL_STEP, round_scale=1.2) == pytest.approx(1.5 / (1.2 * (F32_TARGET[2] + SMOL_STEP)))
+    assert step_rate([0.5], 0, F32_TARGET, SMOL_STEP, round_scale=1.2) == pytest.approx(1 / F32_TARGET[1])
 
 
 def test_a_probe_is_short():
     """Where the estimates favour plain steps, a draw that favours drafting
     tries the shortest draft it favours, never a long one."""
     p = CostAware(8, F32_TARGET, SMOL_STEP, idle_decay=1.0)
-    p.round_s = SMOL_FEED + TRANSLATE_S
+    p.round_scale = (F32_TARGET[2] + SMOL_STEP + SMOL_FEED + TRANSLATE_S) / (F32_TARGET[2] + SMOL_STEP)
     p._acc(0).reached[:] = [4.0]
     p._acc(0).accepted[:] = [1.4]  # α = 0.35 at the first position; later ones unseen
     ks = [p.choose(0, 8) for _ in range(400)]
