@@ -50,8 +50,8 @@ class Draft:
     fed: int = 0  # tokens fed in bulk to bring the drafter's cache up to the context first
     fed_s: float = 0.0  # that catch-up's time (the draft's prompt prefill on the first round)
     # a drafter that reports it: this round's work outside model passes (a
-    # translated draft's re-tokenizing); a cost policy then learns what a
-    # drafting round costs beyond k steps. None: not reported.
+    # translated draft's re-tokenizing); a cost policy then learns what its
+    # drafting rounds really cost against its estimates. None: not reported.
     extra_s: float | None = None
 
     def cut(self, k: int) -> "Draft":

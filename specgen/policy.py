@@ -69,7 +69,7 @@ ALONE = Situation()
 def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_step_s: float,
               situation: Situation = ALONE, pick_s: float = 0.0, round_scale: float = 1.0) -> float:
     """Expected tokens per second of a step in which this sequence verifies k drafts:
-    (others' tokens + E) / (verify(others' rows + k + 1) + k · draft step + [k > 0] · round + E · pick),
+    (others' tokens + E) / ((verify(others' rows + k + 1) + k · draft step) · [k > 0: round_scale] + E · pick),
     E = E[tokens | k]. Alone, this is Leviathan's speedup model with a measured
     verify curve; in a shared step, extra rows buy fewer tokens than they cost
     everyone once the machine saturates. `pick_s`: the host's work to turn one
