@@ -238,7 +238,8 @@ class CostAware(Policy):
     Any other round amortises a catch-up over no more rounds than its estimate
     rests on (the first position's decayed count plus the prior's weight):
     evidence faded back to the prior over a long plain stretch does not buy a
-    long catch-up.
+    long catch-up. The first catch-up, before any evidence, is amortised over
+    the tokens left, as the prior's promise.
 
     A drafter that reports `Draft.extra_s` (a translated draft) costs more a
     round than k steps and a verify pass: its text is turned into tokens both
@@ -297,9 +298,13 @@ class CostAware(Policy):
             k = next(n for n in range(1, k + 1) if rates[n] > rates[0])  # the shortest the draw favours
         if k and situation.lag > 2:
             # a catch-up must pay back within the rounds the estimate rests on (a
-            # probe's within its own round): faded evidence promises few rounds
-            rounds = 1.0 if probe else (acc.reached[0] if acc.reached else 0.0) + acc.strength
-            left = min(situation.remaining, rounds * expected_tokens(alphas[:k]))
+            # probe's within its own round): faded evidence promises few rounds.
+            # Before any evidence (a first catch-up: a translated draft reads the
+            # prompt here) the prior speaks for the whole generation.
+            left = situation.remaining
+            if probe or acc.reached:
+                rounds = 1.0 if probe else acc.reached[0] + acc.strength
+                left = min(left, rounds * expected_tokens(alphas[:k]))
             if not self._catch_up_pays(situation.lag, left, rates[k], rates[0]):
                 k = 0
         if k == 0:

@@ -310,3 +310,16 @@ def test_a_probe_is_short():
     p._acc(0).accepted[:] = [1.4]  # α = 0.35 at the first position; later ones unseen
     ks = [p.choose(0, 8) for _ in range(400)]
     assert ks.count(0) >= 250 and ks.count(1) > 0 and max(ks) <= 2
+
+
+def test_a_first_catch_up_is_paid_back_over_the_generation_a_faded_one_is_not():
+    """A translated draft reads the prompt in its first drafting round: with no
+    evidence yet the prior promises the whole generation. Evidence faded back to
+    the prior over a long plain stretch promises only a few rounds."""
+    fresh = CostAware(8, F32, F32_STEP, feed_s=0.002)
+    assert fresh.choose(0, 8, Situation(lag=150, remaining=200)) > 0
+    faded = CostAware(8, F32, F32_STEP, feed_s=0.002)
+    faded._acc(0).reached[:] = [0.5] * 8
+    faded._acc(0).accepted[:] = [0.3] * 8
+    assert faded.choose(0, 8, Situation(lag=150, remaining=200)) == 0
+    assert faded.choose(0, 8, Situation(lag=2, remaining=200)) > 0  # no catch-up: it drafts
