@@ -51,10 +51,14 @@ class Draft:
     step_s: float = 0.0  # their time
     fed: int = 0  # tokens fed in bulk to bring the drafter's cache up to the context first
     fed_s: float = 0.0  # that catch-up's time (the draft's prompt prefill on the first round)
+    # a drafter that reports it: this round's work outside model passes (a
+    # translated draft's re-tokenizing); a cost policy then learns what its
+    # drafting rounds really cost against its estimates. None: not reported.
+    extra_s: float | None = None
 
     def cut(self, k: int) -> "Draft":
         d = Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.key)
-        d.steps, d.step_s, d.fed, d.fed_s = self.steps, self.step_s, self.fed, self.fed_s
+        d.steps, d.step_s, d.fed, d.fed_s, d.extra_s = self.steps, self.step_s, self.fed, self.fed_s, self.extra_s
         return d
 
 

@@ -149,11 +149,13 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
     verify = cost_profile(target)["verify_s"]
     step = feed = 0.0
     curve = None
+    # a draft of another vocabulary (translated through text) keeps the weaker prior
+    same_vocab = draft_engine is not None and draft_engine.n_vocab == target.n_vocab
     if draft_engine is not None:
         draft = cost_profile(draft_engine)
         step, feed, curve = draft["verify_s"][1], draft["feed_s"], draft["verify_s"]
     return policy.CostAware(k_max, verify, step, feed, draft_verify_s=curve, shared=shared,
-                            model_prior=policy.DRAFT_MODEL_PRIOR if draft_engine is not None else None)
+                            model_prior=policy.DRAFT_MODEL_PRIOR if same_vocab else None)
 
 
 def make_suffix_drafter(opts: ModelOptions):

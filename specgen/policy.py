@@ -75,18 +75,19 @@ DRAFT_MODEL_PRIOR = (0.7, 6.0)
 
 
 def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_step_s: float,
-              situation: Situation = ALONE, pick_s: float = 0.0) -> float:
+              situation: Situation = ALONE, pick_s: float = 0.0, round_scale: float = 1.0) -> float:
     """Expected tokens per second of a step in which this sequence verifies k drafts:
-    (others' tokens + E) / (verify(others' rows + k + 1) + k · draft step + E · pick),
+    (others' tokens + E) / ((verify(others' rows + k + 1) + k · draft step) · [k > 0: round_scale] + E · pick),
     E = E[tokens | k]. Alone, this is Leviathan's speedup model with a measured
     verify curve; in a shared step, extra rows buy fewer tokens than they cost
     everyone once the machine saturates. `pick_s`: the host's work to turn one
     row of logits into a sampled token (sampling only); the acceptance rule
-    reads about E of the target's rows."""
+    reads about E of the target's rows. `round_scale`: how much more a drafting
+    round's verify and draft steps really take (a translated draft's re-tokenizing)."""
     s = situation
     e = expected_tokens(alphas[:k])
     return (s.others_tokens + e) / (
-        verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s + e * pick_s
+        (verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s) * (round_scale if k else 1.0) + e * pick_s
     )
 
 
@@ -219,6 +220,10 @@ class Acceptance:
             self.accepted[i] *= decay
 
 
+def _best(rates: Sequence[float]) -> int:
+    return max(range(len(rates)), key=rates.__getitem__)
+
+
 class CostAware(Policy):
     """Choose k to maximise expected tokens per second, k = 0 (a plain step) included.
 
@@ -245,6 +250,25 @@ class CostAware(Policy):
     while it sat out) first pays the catch-up: it drafts only if catch-up +
     the remaining tokens at the drafting rate beat the remaining tokens at the
     plain rate.
+
+    A probe (a round the draw alone sends drafting, the estimates favouring
+    k = 0) drafts the shortest k the draw favours: it tests the first
+    positions, where the evidence is, and a long draft's rounds cost most
+    when the draw was wrong. Its round pays the whole catch-up of the draft's
+    cache: the estimates expect plain rounds after it, so nothing amortises it.
+    Any other round amortises a catch-up over no more rounds than its estimate
+    rests on (the first position's decayed count plus the prior's weight):
+    evidence faded back to the prior over a long plain stretch does not buy a
+    long catch-up. The first catch-up, before any evidence, is amortised over
+    the tokens left, as the prior's promise.
+
+    A drafter that reports `Draft.extra_s` (a translated draft) costs more a
+    round than k steps and a verify pass: its text is turned into tokens both
+    ways, its first pass feeds the re-tokenized tail (often several of its
+    own tokens), a translation that comes out short wastes passes. For it,
+    `round_scale` learns what its drafting rounds really take (draft and
+    verify, observed) over what the estimates say, and scales their cost, so
+    its choices see the real per-round cost. Other drafters: 1.
     """
 
     name = "cost"
@@ -259,6 +283,8 @@ class CostAware(Policy):
         self.draft_step_s = draft_step_s
         self.feed_s = feed_s  # seconds per token of a bulk catch-up of the draft's cache
         self.draft_verify_s = list(draft_verify_s or [])  # the draft's pass of n tokens: a short catch-up's cost
+        self.round_scale = 1.0  # real ÷ estimated cost of a drafting round (drafters that report Draft.extra_s)
+        self._rounds_seen = 0
         self._profile = (list(verify_s), draft_step_s, feed_s)  # the measured costs: ceilings of the estimates
         self.prior = prior
         self.model_prior = model_prior  # (mean, strength) for a draft model's rounds; None: as the others
@@ -281,7 +307,8 @@ class CostAware(Policy):
     def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
         """Expected tokens per second for k = 0 … len(alphas)."""
         step = self.draft_step_s + (self.pick_s if self.draft_picks else 0.0)
-        return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s) for k in range(len(alphas) + 1)]
+        return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s, self.round_scale)
+                for k in range(len(alphas) + 1)]
 
     def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
         limit = min(limit, self.k_max)
@@ -291,10 +318,23 @@ class CostAware(Policy):
         # optimistic Thompson sampling: only upward draws, so noise never cuts
         # a draft the estimates already favour; it only tries k they do not
         z = max(float(self.rng.standard_normal()), 0.0)
-        rates = self.rates(acc.rates(limit, z=z), situation)
-        k = max(range(limit + 1), key=rates.__getitem__)
-        if k and situation.lag > 2 and not self._catch_up_pays(situation.lag, situation.remaining, rates[k], rates[0]):
-            k = 0
+        alphas = acc.rates(limit, z=z)
+        rates = self.rates(alphas, situation)
+        k = _best(rates)
+        probe = bool(k and z) and _best(self.rates(acc.rates(limit), situation)) == 0
+        if probe:
+            k = next(n for n in range(1, k + 1) if rates[n] > rates[0])  # the shortest the draw favours
+        if k and situation.lag > 2:
+            # a catch-up must pay back within the rounds the estimate rests on (a
+            # probe's within its own round): faded evidence promises few rounds.
+            # Before any evidence (a first catch-up: a translated draft reads the
+            # prompt here) the prior speaks for the whole generation.
+            left = situation.remaining
+            if probe or acc.reached:
+                rounds = 1.0 if probe else acc.reached[0] + acc.strength
+                left = min(left, rounds * expected_tokens(alphas[:k]))
+            if not self._catch_up_pays(situation.lag, left, rates[k], rates[0]):
+                k = 0
         if k == 0:
             acc.forget(self.idle_decay)
         return k
@@ -334,6 +374,18 @@ class CostAware(Policy):
                 self._acc(MODEL_KEY).forget(self.idle_decay)
         return k_take, True
 
+    def _learn_round(self, k: int, draft, verify_s: float | None) -> None:
+        """A drafting round's time (its draft work and its verify pass) over what the
+        estimates say for k tokens (k: those it delivered, fewer than its passes
+        where a translation came out short), from rounds alone in their pass and
+        without a bulk catch-up (that is learned apart, as feed_s)."""
+        if draft.extra_s is None or not k or draft.fed or not draft.steps or not verify_s:
+            return
+        said = verify_cost(self.verify_s, k + 1) + k * self.draft_step_s
+        seen = (verify_s + draft.step_s + draft.extra_s) / said
+        self._rounds_seen += 1
+        self.round_scale = seen if self._rounds_seen == 1 else self.round_scale + 0.2 * (seen - self.round_scale)
+
     def _catch_up_pays(self, lag: int, remaining: int, rate_k: float, rate_0: float) -> bool:
         """Catching up `lag` tokens, then drafting the rest, beats not drafting."""
         left = max(remaining, 1)
@@ -365,6 +417,7 @@ class CostAware(Policy):
         if k > 0:
             self._acc(key).add(k, accepted, self.decay)
         if draft is not None:
+            self._learn_round(k, draft, verify_s)
             if draft.steps and draft.step_s > 0:
                 self.draft_step_s = _follow(self.draft_step_s, draft.step_s / draft.steps, self._profile[1])
             if draft.fed and draft.fed_s > 0:

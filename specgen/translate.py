@@ -275,9 +275,9 @@ class TranslatedDraftModel:
     """A draft model whose vocabulary differs from the target's: drafts through text.
 
     Same interface as DraftModel (one or many sequences, drafted together in
-    the draft's own context). Each proposal's cost counts the translation:
-    `steps`/`step_s` are the drafting steps plus the time spent turning text
-    into tokens both ways; `fed`/`fed_s` a bulk catch-up of the draft's cache.
+    the draft's own context). Each proposal says what it cost: `steps`/`step_s`
+    the draft's passes, `fed`/`fed_s` a bulk catch-up of its cache, `extra_s`
+    the time spent turning text into tokens both ways.
     """
 
     name = "draft"
@@ -346,10 +346,7 @@ class TranslatedDraftModel:
             self.proposals += 1
             res = Draft(ids, None)
             res.steps, res.step_s, res.fed, res.fed_s = d.steps, d.step_s, d.fed, d.fed_s
-            if res.steps:  # translation is part of every drafting round's cost
-                res.step_s += dt
-            else:
-                res.fed_s += dt
+            res.extra_s = dt  # translation: part of every drafting round's cost, apart from the passes
             out[i] = res
         return out
 
