@@ -253,6 +253,8 @@ class Generation:
         if lag <= NORMAL_FEED or not self.policy.prefill_pays(lag, self.max_tokens):
             return
         draft = d.prefill(self.seq, self.context)
+        if draft is None:  # this drafter reads the prompt on its first drafting round
+            return
         self.policy.update(draft.key, 0, 0, None, draft)  # learns the cost of a bulk feed
         self.stats.draft_fed += draft.fed
         self.stats.draft_prefill_s += draft.fed_s

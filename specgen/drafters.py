@@ -323,8 +323,10 @@ class WithLookup:
     def lag(self, seq: int, context: Sequence[int]) -> int:
         return self.model.lag(seq, context)
 
-    def prefill(self, seq: int, context: Sequence[int]) -> Draft:
-        return self.model.prefill(seq, context)
+    def prefill(self, seq: int, context: Sequence[int]) -> Draft | None:
+        """The model's prompt prefill; None for a model that reads its prompt on its first round."""
+        prefill = getattr(self.model, "prefill", None)
+        return prefill(seq, context) if prefill is not None else None
 
     def offer(self, wants: Sequence[Want]) -> list[Draft]:
         return self.lookup.propose(wants)

@@ -53,3 +53,19 @@ def test_begin_forgets_previous_context():
     d.propose_one([1, 2, 1], 1)
     d.begin()
     assert d.propose_one([3, 4], 2).tokens == []
+
+
+def test_lookup_alongside_a_model_without_prefill_leaves_the_prompt_to_its_first_round():
+    """A translated draft model reads the prompt on its first drafting round (no
+    `prefill`); alongside lookup it must stay so, not fail."""
+    from specgen.drafters import WithLookup
+
+    class NoPrefill:
+        name, engine, steps = "draft", None, 0
+
+    class WithPrefill(NoPrefill):
+        def prefill(self, seq, context):
+            return ("read", seq, len(context))
+
+    assert WithLookup(NoPrefill(), PromptLookup()).prefill(0, [1, 2, 3]) is None
+    assert WithLookup(WithPrefill(), PromptLookup()).prefill(0, [1, 2, 3]) == ("read", 0, 3)
