@@ -119,9 +119,15 @@ class SuffixAutomaton:
 
     # -- reading continuations -------------------------------------------------
     def after(self, end: int, k: int) -> list[int]:
-        """Up to k tokens following position `end`, stopping at a separator."""
-        out = []
-        for t in self.tokens[end + 1 : end + 1 + k]:
+        """Up to k tokens following position `end`, stopping at a separator.
+
+        A continuation that reaches the end of the stream goes on with itself
+        (an overlapping copy, as LZ77's): the match repeats with its period, so
+        a periodic run drafts k tokens, not just one period."""
+        toks, n = self.tokens, len(self.tokens)
+        out: list[int] = []
+        for i in range(end + 1, end + 1 + k):
+            t = toks[i] if i < n else out[i - n]
             if t < 0:
                 break
             out.append(t)
@@ -285,11 +291,18 @@ class SuffixDrafter(PerSequence):
             self.global_index.add(tokens)
 
     def begin(self, seq: int = 0) -> None:
-        """A new generation on `seq`: the one it replaces is remembered first."""
+        """A new generation on `seq`: the one it replaces, if not finished, is remembered first."""
         old = self._seqs.get(seq)
         if old is not None and len(old.sam):
             self.remember(old.sam.tokens)
         self._seqs[seq] = self._fresh()
+
+    def finish(self, seq: int, context: Sequence[int]) -> None:
+        """The generation on `seq` is over: remember its whole context (the final
+        round's tokens, which no proposal saw, included) and drop its state."""
+        self._seqs.pop(seq, None)
+        if len(context):
+            self.remember(context)
 
     def forget(self, seq: int = 0) -> None:
         """Drop a sequence's state without remembering it (an aborted request)."""
@@ -459,7 +472,16 @@ def _continue(pattern, docs: list[list[int]], k: int, choice: str, ends_before: 
         occ = [(i, e) for i, d in enumerate(docs) for e in _ends(pattern, d)
                if ends_before is None or e < ends_before]
         i, e = max(occ)
-        return docs[i][e + 1 : e + 1 + k]
+        out = []
+        doc = docs[i]
+        for j in range(e + 1, e + 1 + k):  # past the context's end the copy goes on with itself
+            if j >= len(doc) and ends_before is None:
+                break  # an earlier document ends
+            t = doc[j] if j < len(doc) else out[j - len(doc)]
+            if t < 0:
+                break
+            out.append(t)
+        return out
     out: list[int] = []
     s = pattern
     while len(out) < k:

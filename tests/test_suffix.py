@@ -188,6 +188,14 @@ def test_walk_cap_bounds_work_on_periodic_runs():
     assert capped.walked <= 16 * len(run)
 
 
+def _copy_after(toks, e, k):
+    """What followed position e, the copy going on with itself past the end."""
+    out = []
+    for i in range(e + 1, e + 1 + k):
+        out.append(toks[i] if i < len(toks) else out[i - len(toks)])
+    return out
+
+
 @pytest.mark.parametrize("choice", [LATEST, FREQUENT])
 @pytest.mark.parametrize("seed", range(4))
 def test_capped_walk_still_drafts_a_true_continuation(seed, choice):
@@ -205,7 +213,7 @@ def test_capped_walk_still_drafts_a_true_continuation(seed, choice):
         pat = toks[n - length:]
         if choice == LATEST:
             ends = [e for e in range(length - 1, n - 1) if toks[e - length + 1 : e + 1] == pat]
-            assert any(toks[e + 1 : e + 1 + k] == got.tokens for e in ends)
+            assert any(_copy_after(toks, e, k) == got.tokens for e in ends)
         else:  # each step follows a path that occurred
             s = pat + got.tokens
             assert any(toks[e - len(s) + 1 : e + 1] == s for e in range(len(s) - 1, n))
@@ -285,3 +293,30 @@ def test_loader_builds_the_suffix_drafter():
     d = make_suffix_drafter(ModelOptions(drafter="suffix", global_cache=True, suffix_choice=FREQUENT))
     assert isinstance(d, SuffixDrafter) and d.global_index is not None and d.choice == FREQUENT
     assert make_suffix_drafter(ModelOptions(drafter="suffix")).global_index is None
+
+
+@pytest.mark.parametrize("max_tokens", [1, 7, 12])
+def test_a_finished_generation_is_remembered_with_its_final_round(max_tokens):
+    # chain model: 0 1 2 … 9 0 1 …; the prompt repeats so the drafter drafts and the
+    # last round settles several tokens the drafter never saw in a proposal
+    from fakes import FakeEngine, chain_table
+    from specgen.decoding import Generation
+
+    d = SuffixDrafter(global_cache=True)
+    prompt = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+    gen = Generation(FakeEngine(chain_table(10)), prompt, d, draft_max=4, max_tokens=max_tokens, ignore_eos=True)
+    for _ in gen:
+        pass
+    assert len(gen.tokens) == max_tokens
+    d.begin(0)  # the next request on the sequence
+    assert list(d.global_index.docs) == [prompt + gen.tokens]
+
+
+def test_a_periodic_run_drafts_past_one_period():
+    toks = [9, 1, 2, 3, 1, 2, 3, 1, 2]  # period 3: the latest "1 2 3 1 2" ended 3 tokens back
+    assert suffix_draft(toks, 7) == ([3, 1, 2, 3, 1, 2, 3], 5, False)
+    assert SuffixDrafter().propose_one(toks, 7).tokens == [3, 1, 2, 3, 1, 2, 3]
+    assert lookup_draft(toks, 7) == [3, 1, 2]  # prompt lookup stops at the context's end
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    d.remember([5, 6, 5, 6])
+    assert d.propose_one([7, 5, 6, 5], 5).tokens == [6]  # an earlier document's end stops the copy
