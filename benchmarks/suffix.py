@@ -15,8 +15,10 @@ per-request ratios. The CPU is shared: read ratios, not absolute speeds.
     PYTHONPATH=$PWD python benchmarks/suffix.py --workload both -n 80 --repeats 1 \\
         [--tools /tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin] --out suffix.json
 
-Workloads: `bundled` (specgen's request set) and `agent` (a ticket-triage
-agent: one instruction template with a worked example, 24 tickets).
+Workloads: `bundled` (specgen's request set), `agent` (a ticket-triage agent:
+one instruction template that describes a JSON answer in words, 24 tickets; the
+answer's shape is in earlier outputs, never in a prompt) and `agent-example`
+(the same with a worked example in every prompt: the shape is in the prompt).
 """
 
 from __future__ import annotations
@@ -34,7 +36,17 @@ import tempfile
 import time
 from pathlib import Path
 
+# The agent workload's template describes the answer's shape in words only: the
+# JSON the model writes (keys in order, quoting, separators) is in no prompt, so
+# only earlier requests' outputs hold it -- what a cross-request index is for.
+# AGENT_EXAMPLE_TEMPLATE (workload agent-example) adds a worked example, whose
+# answer puts that shape in every prompt: the local index copies it already.
 AGENT_TEMPLATE = """You are a support-ticket triage agent for Northwind Cloud. Read the ticket and answer with one JSON object with the keys "category" (one of: billing, bug, account, feature_request, outage, other), "priority" (low, medium, high, urgent), "product" (storage, compute, database, dashboard, api, billing_portal), "customer_tier" (free, pro, enterprise), "summary" (one short sentence), and "next_action" (one of: refund_review, escalate_engineering, reset_credentials, add_to_roadmap, status_page_update, reply_with_docs).
+
+Ticket: "{ticket}"
+Answer: {"category": \""""
+
+AGENT_EXAMPLE_TEMPLATE = """You are a support-ticket triage agent for Northwind Cloud. Read the ticket and answer with one JSON object with the keys "category" (one of: billing, bug, account, feature_request, outage, other), "priority" (low, medium, high, urgent), "product" (storage, compute, database, dashboard, api, billing_portal), "customer_tier" (free, pro, enterprise), "summary" (one short sentence), and "next_action" (one of: refund_review, escalate_engineering, reset_credentials, add_to_roadmap, status_page_update, reply_with_docs).
 
 Ticket: "Hi, I'm on the Pro plan and I was charged twice for November. Please fix this, I only have one workspace." - Dana
 Answer: {"category": "billing", "priority": "medium", "product": "billing_portal", "customer_tier": "pro", "summary": "Customer was charged twice for November on the Pro plan.", "next_action": "refund_review"}
@@ -70,8 +82,12 @@ TICKETS = [
 ]
 
 
-def agent_requests() -> list[tuple[str, str]]:
-    return [(f"ticket-{i:02d}", AGENT_TEMPLATE.replace("{ticket}", t)) for i, t in enumerate(TICKETS)]
+def agent_requests(template: str = AGENT_TEMPLATE) -> list[tuple[str, str]]:
+    return [(f"ticket-{i:02d}", template.replace("{ticket}", t)) for i, t in enumerate(TICKETS)]
+
+
+def agent_example_requests() -> list[tuple[str, str]]:
+    return agent_requests(AGENT_EXAMPLE_TEMPLATE)
 
 
 def bundled_requests() -> list[tuple[str, str]]:
@@ -122,6 +138,43 @@ def run_one(target, prompt, drafter, n, k_max, tree_width=1):
             "drafted": st.drafted, "accepted": st.accepted, "draft_s": st.draft_s, "decode_s": st.decode_s,
             "python_share": max(st.decode_s - in_llama, 0.0) / st.decode_s if st.decode_s > 0 else float("nan"),
             "prompt_tokens": len(prompt), "k_hist": st.k_hist, "tokens": gen.tokens}
+
+
+def plain_rows(target, prompt, n, plain):
+    """Plain greedy again (one row per decode), with the top candidates of each row."""
+    from divergence import generate
+
+    tokens, at, _ = generate(target, prompt, None, n, 0)
+    return tokens, [at[len(prompt) - 1 + i] for i in range(len(tokens))]
+
+
+def _first_difference(a, b):
+    return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def parting(plain, mine, again):
+    """Where a speculative output first parts from plain, and the row of plain run
+    again (one row per decode) there: the single-row truth for the same context.
+    Its top-2 margin, and how far below its best the speculative token sits (None:
+    not among its top 8). When plain run again parts from plain itself earlier
+    (llama.cpp's sums depend on where the cache put earlier cells), the record
+    says so ("plain_again_at") and reads the margin where the two plain runs part."""
+    from divergence import TIE_MARGIN
+
+    tokens, rows = again
+    i = _first_difference(plain, mine)
+    j = _first_difference(plain, tokens)
+    out = {"at": i}
+    if j < i:
+        out["plain_again_at"] = j
+        i, mine = j, tokens
+    if i >= len(rows):
+        return {**out, "length_differs": True}
+    ids, vals = rows[i]
+    gap = vals[0] - vals[ids.index(mine[i])] if mine[i] in ids else None
+    margin = vals[0] - vals[1]
+    return {**out, "margin": margin, "gap": gap,
+            "near_tie": gap is not None and margin < TIE_MARGIN and gap < TIE_MARGIN}
 
 
 _IN_LLAMA = [0.0]  # seconds inside llama_decode / llama_get_logits (the rest of a round is Python's)
@@ -248,9 +301,14 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
                     r = run_one(target, toks, d, args.n, args.k_max, w)
                 results[rid][c].append(r)
             plain = results[rid]["plain"][-1]["tokens"]
+            rows = None
             for c in configs:  # greedy: a draft changes the output only at a near-tie of batched rows
                 r = results[rid][c][-1]
-                r["same_as_plain"] = r.pop("tokens") == plain
+                mine = r.pop("tokens")
+                r["same_as_plain"] = mine == plain
+                if not r["same_as_plain"]:  # untimed: plain again, its top candidates at every position
+                    rows = rows or plain_rows(target, toks, args.n, plain)
+                    r["parting"] = parting(plain, mine, rows)
             line = " ".join(f"{c}={statistics.median(x['tokens_per_s'] for x in results[rid][c] if 'tokens_per_s' in x) if any('tokens_per_s' in x for x in results[rid][c]) else float('nan'):.1f}"
                             for c in names)
             print(f"[{name} rep {rep + 1}/{args.repeats}] {rid} ({len(toks)} prompt tokens): {line}", file=sys.stderr, flush=True)
@@ -289,6 +347,10 @@ def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
             row["mean_accepted_len"] = sum(x["generated"] for x in rs) / sum(x["rounds"] for x in rs)
             row["draft_share"] = sum(x["draft_s"] for x in rs) / max(sum(x["decode_s"] for x in rs), 1e-9)
             row["differs_from_plain"] = sum(not x["same_as_plain"] for x in rs)
+            parts = [x["parting"] for x in rs if "parting" in x]
+            if parts:
+                row["not_near_tie"] = sum(not p.get("near_tie") for p in parts)
+                row["max_parting_margin"] = max(p.get("margin", float("inf")) for p in parts)
             shares = [x["python_share"] for x in rs if "python_share" in x]
             if shares:
                 row["python_share"] = statistics.mean(shares)
@@ -315,7 +377,8 @@ def print_table(summary):
     print(f"\n## {summary['workload']} ({summary['requests']} requests; {summary['measure']})")
     cols = ["median_tokens_per_s", "geomean_vs_plain", "min_vs_plain", "geomean_vs_lookup", "min_vs_lookup",
             "geomean_vs_llama_best", "min_vs_llama_best", "worst_vs_llama_best", "acceptance", "mean_accepted_len",
-            "draft_share", "python_share", "tree_rounds", "off_main", "differs_from_plain"]
+            "draft_share", "python_share", "tree_rounds", "off_main", "differs_from_plain", "not_near_tie",
+            "max_parting_margin"]
     cols = [c for c in cols if any(c in row for row in summary["configs"].values())]
     print("| config | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
@@ -328,7 +391,8 @@ def print_table(summary):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", choices=("bundled", "agent", "both"), default="both")
+    ap.add_argument("--workload", choices=("bundled", "agent", "agent-example", "both"), default="both",
+                    help="both: bundled and agent")
     ap.add_argument("-m", "--model", default=None, help="default: the embedded Gemma 3 270M")
     ap.add_argument("-n", type=int, default=80, help="tokens per request (end-of-generation ignored)")
     ap.add_argument("--repeats", type=int, default=1)
@@ -360,8 +424,8 @@ def main(argv=None) -> None:
     from specgen.registry import resolve_model
 
     model_path = resolve_model(args.model)
-    workloads = {"bundled": bundled_requests, "agent": agent_requests}
-    chosen = list(workloads) if args.workload == "both" else [args.workload]
+    workloads = {"bundled": bundled_requests, "agent": agent_requests, "agent-example": agent_example_requests}
+    chosen = ["bundled", "agent"] if args.workload == "both" else [args.workload]
     report = {"command": " ".join(sys.argv), "start": args.start, "model": str(model_path), "threads": args.threads, "n": args.n,
               "repeats": args.repeats, "k_max": args.k_max, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "workloads": {}}

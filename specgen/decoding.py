@@ -319,7 +319,17 @@ class Generation:
     def _account(self, r: Round) -> Round:
         self.stats.add(r)
         self.stats.total_s = time.perf_counter() - self._start
+        if self.done:
+            self._finish()
         return r
+
+    def _finish(self) -> None:
+        """Tell the drafter the whole context once the generation is over (a global
+        suffix index remembers it, final round included)."""
+        finish = getattr(self.drafter, "finish", None)
+        if finish is not None and not getattr(self, "_finished", False):
+            self._finished = True
+            finish(self.seq, self.context)
 
     def want(self, k: int) -> Want:
         return Want(self.seq, self.context, k, self.params, self.rng)
@@ -330,6 +340,8 @@ class Generation:
             self.stats.stop_reason = "interrupted"
         if hasattr(self, "_start"):
             self.stats.total_s = time.perf_counter() - self._start
+        if hasattr(self, "context"):
+            self._finish()
 
     def __iter__(self) -> Iterator[Round]:
         self.begin()

@@ -72,6 +72,9 @@ class Drafter(Protocol):
     def lag(self, seq: int, context: Sequence[int]) -> int:
         """Tokens the drafter must feed before it can draft for this context (0 when free)."""
 
+    # optional: finish(seq, context) -- the generation on `seq` is over with this
+    # whole context (prompt and every emitted token); the loop calls it once
+
     def propose(self, wants: Sequence[Want]) -> list[Draft]: ...
 
 
@@ -82,6 +85,9 @@ class PerSequence:
     free = True
 
     def begin(self, seq: int) -> None:
+        pass
+
+    def finish(self, seq: int, context: Sequence[int]) -> None:
         pass
 
     def lag(self, seq: int, context: Sequence[int]) -> int:

@@ -119,9 +119,15 @@ class SuffixAutomaton:
 
     # -- reading continuations -------------------------------------------------
     def after(self, end: int, k: int) -> list[int]:
-        """Up to k tokens following position `end`, stopping at a separator."""
-        out = []
-        for t in self.tokens[end + 1 : end + 1 + k]:
+        """Up to k tokens following position `end`, stopping at a separator.
+
+        A continuation that reaches the end of the stream goes on with itself
+        (an overlapping copy, as LZ77's): the match repeats with its period, so
+        a periodic run drafts k tokens, not just one period."""
+        toks, n = self.tokens, len(self.tokens)
+        out: list[int] = []
+        for i in range(end + 1, end + 1 + k):
+            t = toks[i] if i < n else out[i - n]
             if t < 0:
                 break
             out.append(t)
@@ -176,10 +182,36 @@ class Matcher:
 
 # -- the drafter -------------------------------------------------------------
 
-KEY_GLOBAL = 16  # added to the key of a global match: the policy tracks it apart
+# Draft.key = match_bucket(length) + agreement (KEY_SINGLE, KEY_AGREED, KEY_SPLIT)
+# + KEY_GLOBAL for a global match: the policy learns the acceptance of each apart.
+KEY_SINGLE = 0  # the match was followed once before: nothing to compare
+KEY_AGREED = 8  # followed at least twice, (nearly) always by the drafted token: structure
+KEY_SPLIT = 16  # followed by different tokens: a slot whose value varies (a field of a form)
+KEY_GLOBAL = 32  # added to the key of a global match
+AGREED_SHARE = 0.75
+MAX_AGREE_FANOUT = 8  # a state followed by more kinds of token than this is split
 # Shorter matches in other requests are chance (measured: ~1 % of such drafts
 # accepted against 15-35 % for 1-3 token matches in the request itself).
 MIN_GLOBAL_MATCH = 4
+
+
+def agreement(sam: SuffixAutomaton, v: int, tok: int) -> int:
+    """KEY_SINGLE, KEY_AGREED or KEY_SPLIT: how the earlier occurrences of state v's
+    strings went on, against the drafted first token `tok`."""
+    kids = sam.nxt[v]
+    if len(kids) > MAX_AGREE_FANOUT:
+        return KEY_SPLIT
+    count = sam.count
+    total = sum(count[w] for t, w in kids.items() if t >= 0)
+    if total <= 1:
+        return KEY_SINGLE
+    w = kids.get(tok)
+    return KEY_AGREED if w is not None and count[w] >= AGREED_SHARE * total else KEY_SPLIT
+
+
+def key_bucket(key: int) -> int:
+    """The match-length bucket of a Draft.key."""
+    return key % KEY_AGREED
 
 
 def match_bucket(length: int) -> int:
@@ -254,8 +286,10 @@ class SuffixDrafter(PerSequence):
     """Drafts the continuation of the context's longest earlier match, in the
     request's own history or (global_cache) in earlier requests.
 
-    Draft.key: the match length in buckets (`match_bucket`), plus KEY_GLOBAL
-    when the global index matched, so the policy learns each apart.
+    Draft.key: the match length in buckets (`match_bucket`), plus how the match
+    went on before (`agreement`: once, always alike, or in different ways),
+    plus KEY_GLOBAL when the global index matched, so the policy learns the
+    acceptance of each apart (a form's fixed text against its varying fields).
     """
 
     name = "suffix"
@@ -285,11 +319,18 @@ class SuffixDrafter(PerSequence):
             self.global_index.add(tokens)
 
     def begin(self, seq: int = 0) -> None:
-        """A new generation on `seq`: the one it replaces is remembered first."""
+        """A new generation on `seq`: the one it replaces, if not finished, is remembered first."""
         old = self._seqs.get(seq)
         if old is not None and len(old.sam):
             self.remember(old.sam.tokens)
         self._seqs[seq] = self._fresh()
+
+    def finish(self, seq: int, context: Sequence[int]) -> None:
+        """The generation on `seq` is over: remember its whole context (the final
+        round's tokens, which no proposal saw, included) and drop its state."""
+        self._seqs.pop(seq, None)
+        if len(context):
+            self.remember(context)
 
     def forget(self, seq: int = 0) -> None:
         """Drop a sequence's state without remembering it (an aborted request)."""
@@ -337,7 +378,7 @@ class SuffixDrafter(PerSequence):
             return Draft()
         sam, v, end, key = src
         tokens = sam.continuation(v, end, k, self.choice)
-        return Draft(tokens, key=key) if tokens else Draft()
+        return Draft(tokens, key=key + agreement(sam, v, tokens[0])) if tokens else Draft()
 
     def propose_tree(self, context, k: int, width: int, seq: int = 0) -> DraftTree:
         """Branch 0: `propose_one`'s draft; up to width - 1 more branches that leave it
@@ -349,7 +390,7 @@ class SuffixDrafter(PerSequence):
             return DraftTree()
         sam, v, end, key = src
         main = sam.continuation(v, end, k, self.choice)
-        return branch_tree(sam, v, main, k, width, key) if main else DraftTree()
+        return branch_tree(sam, v, main, k, width, key + agreement(sam, v, main[0])) if main else DraftTree()
 
 
 MAX_BRANCH_FANOUT = 256  # a state with more continuations than this (a 1-token match) is not branched
@@ -459,7 +500,16 @@ def _continue(pattern, docs: list[list[int]], k: int, choice: str, ends_before: 
         occ = [(i, e) for i, d in enumerate(docs) for e in _ends(pattern, d)
                if ends_before is None or e < ends_before]
         i, e = max(occ)
-        return docs[i][e + 1 : e + 1 + k]
+        out = []
+        doc = docs[i]
+        for j in range(e + 1, e + 1 + k):  # past the context's end the copy goes on with itself
+            if j >= len(doc) and ends_before is None:
+                break  # an earlier document ends
+            t = doc[j] if j < len(doc) else out[j - len(doc)]
+            if t < 0:
+                break
+            out.append(t)
+        return out
     out: list[int] = []
     s = pattern
     while len(out) < k:

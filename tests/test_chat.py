@@ -494,10 +494,10 @@ def test_chat_global_cache_drafts_a_later_turn_from_an_earlier_one(flag, monkeyp
     (drafter,) = made
     from_global = [k for k in keys if k is not None and k >= KEY_GLOBAL]
     if flag == "on":
-        # turn 1 (prompt and reply) was remembered when turn 2 began, and turn 2 drafted from it
+        # turn 1 (prompt and whole reply) was remembered when it ended, and turn 2 drafted from it
         assert drafter.global_index is not None
-        # (what the drafter saw of it: the prompt and the reply up to its last round)
-        assert first["prompt_tokens"] < drafter.global_index.n_tokens <= first["prompt_tokens"] + first["generated_tokens"]
+        docs = [len(d) for d in drafter.global_index.docs]
+        assert docs == [first["prompt_tokens"] + first["generated_tokens"], second["prompt_tokens"] + second["generated_tokens"]]
         assert from_global and second["spec"]["accepted"] > 0
     else:
         assert drafter.global_index is None and not from_global

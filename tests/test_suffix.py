@@ -5,7 +5,7 @@ import pytest
 
 from specgen.drafters import lookup_draft
 from specgen.suffix import (
-    FREQUENT, KEY_GLOBAL, LATEST, GlobalIndex, SuffixAutomaton, SuffixDrafter, match_bucket, suffix_draft,
+    FREQUENT, KEY_AGREED, KEY_GLOBAL, KEY_SINGLE, KEY_SPLIT, LATEST, GlobalIndex, key_bucket, SuffixAutomaton, SuffixDrafter, match_bucket, suffix_draft,
 )
 
 
@@ -19,7 +19,7 @@ def test_longest_earlier_match_of_any_length():
     # would take the latest "2 3 4 5", followed by 7
     assert suffix_draft(toks, 2) == ([9, 2], 5, False)
     d = SuffixDrafter().propose_one(toks, 2)
-    assert (d.tokens, d.key) == ([9, 2], match_bucket(5))
+    assert (d.tokens, d.key) == ([9, 2], match_bucket(5) + KEY_SINGLE)
     assert lookup_draft(toks, 2) == [7, 1]
 
 
@@ -55,7 +55,7 @@ def test_incremental_drafter_matches_reference_scan(seed, choice):
         got = d.propose_one(toks, k)
         assert got.tokens == want[0]
         if want[0]:
-            assert got.key == match_bucket(want[1])
+            assert key_bucket(got.key) == match_bucket(want[1]) and got.key < KEY_GLOBAL
         toks += _random_stream(rng, int(rng.integers(1, 4)), alphabet)
 
 
@@ -80,7 +80,7 @@ def test_global_index_matches_reference_scan(seed, choice):
         got = d.propose_one(toks, k)
         assert got.tokens == want
         if want:
-            assert got.key == match_bucket(length) + (KEY_GLOBAL if from_docs else 0)
+            assert key_bucket(got.key) == match_bucket(length) and (got.key >= KEY_GLOBAL) == from_docs
         toks += _random_stream(rng, int(rng.integers(1, 3)), alphabet)
 
 
@@ -188,6 +188,14 @@ def test_walk_cap_bounds_work_on_periodic_runs():
     assert capped.walked <= 16 * len(run)
 
 
+def _copy_after(toks, e, k):
+    """What followed position e, the copy going on with itself past the end."""
+    out = []
+    for i in range(e + 1, e + 1 + k):
+        out.append(toks[i] if i < len(toks) else out[i - len(toks)])
+    return out
+
+
 @pytest.mark.parametrize("choice", [LATEST, FREQUENT])
 @pytest.mark.parametrize("seed", range(4))
 def test_capped_walk_still_drafts_a_true_continuation(seed, choice):
@@ -200,12 +208,12 @@ def test_capped_walk_still_drafts_a_true_continuation(seed, choice):
         k = int(rng.integers(1, 5))
         got = d.propose_one(toks, k)
         want, length, _ = suffix_draft(toks, k, choice)
-        assert match_bucket(length) == got.key if want else not got.tokens
+        assert match_bucket(length) == key_bucket(got.key) if want else not got.tokens
         n = len(toks)
         pat = toks[n - length:]
         if choice == LATEST:
             ends = [e for e in range(length - 1, n - 1) if toks[e - length + 1 : e + 1] == pat]
-            assert any(toks[e + 1 : e + 1 + k] == got.tokens for e in ends)
+            assert any(_copy_after(toks, e, k) == got.tokens for e in ends)
         else:  # each step follows a path that occurred
             s = pat + got.tokens
             assert any(toks[e - len(s) + 1 : e + 1] == s for e in range(len(s) - 1, n))
@@ -285,3 +293,47 @@ def test_loader_builds_the_suffix_drafter():
     d = make_suffix_drafter(ModelOptions(drafter="suffix", global_cache=True, suffix_choice=FREQUENT))
     assert isinstance(d, SuffixDrafter) and d.global_index is not None and d.choice == FREQUENT
     assert make_suffix_drafter(ModelOptions(drafter="suffix")).global_index is None
+
+
+@pytest.mark.parametrize("max_tokens", [1, 7, 12])
+def test_a_finished_generation_is_remembered_with_its_final_round(max_tokens):
+    # chain model: 0 1 2 … 9 0 1 …; the prompt repeats so the drafter drafts and the
+    # last round settles several tokens the drafter never saw in a proposal
+    from fakes import FakeEngine, chain_table
+    from specgen.decoding import Generation
+
+    d = SuffixDrafter(global_cache=True)
+    prompt = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+    gen = Generation(FakeEngine(chain_table(10)), prompt, d, draft_max=4, max_tokens=max_tokens, ignore_eos=True)
+    for _ in gen:
+        pass
+    assert len(gen.tokens) == max_tokens
+    d.begin(0)  # the next request on the sequence
+    assert list(d.global_index.docs) == [prompt + gen.tokens]
+
+
+def test_a_periodic_run_drafts_past_one_period():
+    toks = [9, 1, 2, 3, 1, 2, 3, 1, 2]  # period 3: the latest "1 2 3 1 2" ended 3 tokens back
+    assert suffix_draft(toks, 7) == ([3, 1, 2, 3, 1, 2, 3], 5, False)
+    assert SuffixDrafter().propose_one(toks, 7).tokens == [3, 1, 2, 3, 1, 2, 3]
+    assert lookup_draft(toks, 7) == [3, 1, 2]  # prompt lookup stops at the context's end
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    d.remember([5, 6, 5, 6])
+    assert d.propose_one([7, 5, 6, 5], 5).tokens == [6]  # an earlier document's end stops the copy
+
+
+def test_key_tells_fixed_text_from_a_varying_field():
+    # a form seen three times: "5 6" always goes on with 7 (fixed text); "7" with a
+    # different value each time (a field)
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    for value in (20, 21, 22):
+        d.remember([5, 6, 7, value, 8, 9])
+    got = d.propose_one([1, 5, 6], 3, seq=1)
+    assert (got.tokens, got.key) == ([7, 22, 8], KEY_GLOBAL + KEY_AGREED + match_bucket(2))
+    got = d.propose_one([1, 5, 6, 7], 2, seq=2)
+    assert (got.tokens, got.key) == ([22, 8], KEY_GLOBAL + KEY_SPLIT + match_bucket(3))
+    got = d.propose_one([1, 5, 6, 7, 23, 8], 2, seq=3)  # "23 8" is new; "8" went on with 9 three times
+    assert got.tokens == [9] and got.key == KEY_GLOBAL + KEY_AGREED + match_bucket(1)
+    # locally: a match followed once before is single
+    got = SuffixDrafter().propose_one([3, 4, 5, 3, 4], 1)
+    assert (got.tokens, got.key) == ([5], KEY_SINGLE + match_bucket(2))
