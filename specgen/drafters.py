@@ -334,6 +334,12 @@ class WithLookup:
         prefill = getattr(self.model, "prefill", None)
         return prefill(seq, context) if prefill is not None else None
 
+    def finish(self, seq: int, context: Sequence[int]) -> None:
+        for part in (self.model, self.lookup):
+            finish = getattr(part, "finish", None)
+            if finish is not None:
+                finish(seq, context)
+
     def offer(self, wants: Sequence[Want]) -> list[Draft]:
         return self.lookup.propose(wants)
 
