@@ -329,7 +329,7 @@ def test_sweep_summary_says_when_a_crossover_does_not_hold():
     x = B.summarize_sweep(recs, ["plain", "lookup:k=8"])["crossover"]["lookup:k=8"]
     assert (x["stops_cutting_latency_at"], x["cuts_again_at"]) == (4, [8])
     assert (x["costs_throughput_from"], x["recovers_at"]) == (4, [8])  # 0.975× at 8 is within the noise band
-    from specgen.cli.render import crossover_lines
+    from specgen.cli.render_bench import crossover_lines
 
     line = crossover_lines(B.summarize_sweep(recs, ["plain", "lookup:k=8"]), [B.PLAIN, B.parse_config("lookup:k=8")])[0]
     assert line.startswith("lookup:k=8: stops cutting p50 latency at concurrency 4 (yet cuts it again at 8); "

@@ -18,6 +18,7 @@ import typer
 from typing_extensions import Annotated
 
 import specgen.cli.render as render
+import specgen.cli.render_bench as render_bench
 from specgen.cli.options import (
     CtxOpt,
     GlobalCacheOpt,
@@ -174,7 +175,7 @@ def bench(
         runner = B.Runner(setup, settings)
         prepared = runner.prepare(pending)
         interrupted = False
-        progress = render.BenchProgress(con, runs_total, names)
+        progress = render_bench.BenchProgress(con, runs_total, names)
         try:
             if prepared and warmup:
                 progress.note("warming up")
@@ -186,7 +187,7 @@ def bench(
         records = [r for r in sink.records]
         summary = B.summarize(records, names)
         if records:
-            render.print_bench(con, records, setup.configs, summary)
+            render_bench.print_bench(con, records, setup.configs, summary)
         t = runner.timing.to_dict()
         con.print(
             f"bench overhead: {1000 * t['overhead_s']:.0f} ms of {t['measured_s']:.1f} s measured "
@@ -275,7 +276,7 @@ def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, thr
         records = list(sink.records)
         summary = B.summarize_sweep(records, names)
         if records:
-            render.print_sweep(con, summary, setup.configs)
+            render_bench.print_sweep(con, summary, setup.configs)
         if interrupted:
             con.print(f"interrupted: {len(records)} batches recorded" + (f" in {out}" if out else ""))
         if report is not None:

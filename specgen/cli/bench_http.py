@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 import specgen.cli.render as render
+import specgen.cli.render_bench as render_bench
 import specgen.cli.render_http as rh
 from specgen.errors import SpecgenError
 
@@ -97,7 +98,7 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
                 con.print(f"bench: {len(pending)} requests × {len(eps)} endpoints × {repeats} repeat{'s' * (repeats > 1)}"
                           f" = {total} requests, one at a time · max_tokens {max_tokens}"
                           + (f" · {len(reqs) - len(pending)} already recorded" if done else ""))
-                progress = render.BenchProgress(con, total, names)
+                progress = render_bench.BenchProgress(con, total, names)
                 with progress:
                     await bench.sequential(client, pending, sink.append, on_request=progress.on_request)
 

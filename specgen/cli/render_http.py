@@ -1,6 +1,6 @@
 """Printing for `specgen bench --endpoint`: the tables render.py does not already draw.
 
-Sequential runs reuse render.print_bench (per-request table, speedup per
+Sequential runs reuse render_bench.print_bench (per-request table, speedup per
 category, bar chart) and add the latency table (TTFT, TPOT, chunk gaps,
 end-to-end) and the failures. Load levels reuse render's chart and crossover
 lines, with their own table per level (TTFT / TPOT percentiles, failures,
@@ -9,8 +9,9 @@ per-request speedup against the baseline).
 
 from __future__ import annotations
 
-from specgen.cli import render
-from specgen.cli.render import _num, _x, level_label, pct
+from specgen.cli import render, render_bench
+from specgen.cli.render import pct
+from specgen.cli.render_bench import _num, _x, level_label
 
 
 def _ms(v) -> str:
@@ -48,7 +49,7 @@ def error_lines(lat: dict) -> list[str]:
 
 def print_http_bench(con, records, endpoints, summary: dict, lat: dict) -> None:
     if any(r["runs"] for r in records):
-        render.print_bench(con, [r for r in records if r["runs"]], endpoints, summary)
+        render_bench.print_bench(con, [r for r in records if r["runs"]], endpoints, summary)
     con.print(latency_table(lat, endpoints))
     for line in error_lines(lat):
         con.print(f"[red]failed[/red] {line}", soft_wrap=True)
@@ -91,9 +92,9 @@ def sweep_table(summary: dict, endpoints):
 def print_http_sweep(con, summaries: list[dict], endpoints) -> None:
     for summary in summaries:
         con.print(sweep_table(summary, endpoints))
-        for line in render.sweep_chart(summary, endpoints):
+        for line in render_bench.sweep_chart(summary, endpoints):
             con.print(line, soft_wrap=True)
-        for line in render.crossover_lines(summary, endpoints):
+        for line in render_bench.crossover_lines(summary, endpoints):
             con.print(line, soft_wrap=True)
     con.print("speedup = per request, baseline latency ÷ its latency at the same level (median over requests, "
               "bootstrap 95% interval); tok/s total = tokens generated ÷ the level's wall time; same = greedy "
