@@ -353,25 +353,21 @@ class CostAware(Policy):
         # one upward draw for each option, independent (Thompson sampling over
         # two arms): an option the evidence rates lower is still tried, now and then
         z, z_model = np.maximum(self.rng.standard_normal(2), 0.0)
-        offer = self._acc(key)
+        offer, model = self._acc(key), self._acc(MODEL_KEY)
         take = [step_rate(offer.rates(offered, z=float(z)), k, self.verify_s, 0.0, situation, self.pick_s)
                 for k in range(offered + 1)]
-        k_take = max(range(offered + 1), key=take.__getitem__)
-        best, k_model = take[k_take], 0
-        if limit > 0:
-            alphas = self._acc(MODEL_KEY).rates(limit, z=float(z_model))
-            rates = self.rates(alphas, situation)
-            k = max(range(1, limit + 1), key=rates.__getitem__)
-            feed = self.catch_up_s(situation.lag)
-            rate = rates[k] / (1.0 + feed * rates[k] / expected_tokens(alphas[:k]))
-            if rate > best and (situation.lag <= 2 or self._catch_up_pays(situation.lag, situation.remaining, rate, rates[0])):
-                best, k_model = rate, k
-        if k_model:
-            return k_model, False
+        k_take = _best(take)
+        alphas = model.rates(limit, z=float(z_model))
+        rates = self.rates(alphas, situation)
+        k = 1 + _best(rates[1:])
+        # this round pays the model's catch-up, if its cache lags
+        rate = 1.0 / (1.0 / rates[k] + self.catch_up_s(situation.lag) / expected_tokens(alphas[:k]))
+        if rate > take[k_take] and (situation.lag <= 2 or
+                                    self._catch_up_pays(situation.lag, situation.remaining, rate, rates[0])):
+            return k, False
         if k_take == 0:
             offer.forget(self.idle_decay)
-            if limit > 0:
-                self._acc(MODEL_KEY).forget(self.idle_decay)
+            model.forget(self.idle_decay)
         return k_take, True
 
     def _learn_round(self, k: int, draft, verify_s: float | None) -> None:
