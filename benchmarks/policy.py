@@ -47,7 +47,7 @@ def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1, lookup=False)
     """One generation; `lookup`: prompt lookup's proposals alongside the draft
     model's (specgen's default with -d under the cost policy)."""
     from specgen.decoding import Generation
-    from specgen.drafters import DraftModel, PromptLookup, WithLookup
+    from specgen.drafters import ALONGSIDE_NGRAM_MIN, DraftModel, PromptLookup, WithLookup
     from specgen.loader import make_policy
     from specgen.sampling import SamplingParams
 
@@ -55,7 +55,7 @@ def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1, lookup=False)
     draft.truncate(0, 0)
     drafter = DraftModel(draft, target.n_vocab, target.n_vocab) if k else None
     if drafter is not None and lookup:  # as the loader builds it: lookup's offers up to k, the model's up to 8
-        drafter = WithLookup(drafter, PromptLookup(), model_max=min(k, 8))
+        drafter = WithLookup(drafter, PromptLookup(ngram_min=ALONGSIDE_NGRAM_MIN), model_max=min(k, 8))
     gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True,
                      params=SamplingParams(temperature=temp, seed=seed),
                      policy=make_policy(policy, k, target, draft) if k else None)

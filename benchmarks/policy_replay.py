@@ -62,8 +62,10 @@ def replay(rec: dict, policy, n: int, costs: dict, lookup=None) -> dict:
     first feeding whatever its cache lags (a pass of that many rows on the
     draft's curve). `lookup`: a PromptLookup offering its proposals first
     (specgen's default with a draft model), chosen per round by
-    `policy.choose_offer` as in `decoding.plan_step`."""
-    from specgen.policy import MODEL_KEY, Situation, verify_cost
+    `policy.choose_offer` as in `decoding.plan_step`; an offer passed over
+    teaches its key what it would have met (`policy.observe`), as in
+    `Generation.settle`."""
+    from specgen.policy import MODEL_KEY, Situation, unused_offer_outcome, verify_cost
 
     tgt, drafts, prompt = rec["target"], rec["drafts"], rec["prompt"]
     verify, dcurve = costs["verify"], costs["draft"]
@@ -90,6 +92,8 @@ def replay(rec: dict, policy, n: int, costs: dict, lookup=None) -> dict:
             fed_to = m + acc  # its cache holds the accepted prefix; the target's token is fed next round
         took += bool(k and take)
         policy.update(key if take else MODEL_KEY, k, acc)
+        if offered and (k == 0 or not take):  # an offer passed over learns from what the round emitted
+            policy.observe(key, *unused_offer_outcome(offer.tokens, tgt[m:m + acc + 1]))
         m += acc + 1
     return {"tps": (m - 1) / t, "k_hist": dict(sorted(hist.items())), "lookup_rounds": took}
 
@@ -97,7 +101,7 @@ def replay(rec: dict, policy, n: int, costs: dict, lookup=None) -> dict:
 def run(args, models) -> int:
     from specgen.bench import load_requests
     from specgen.costs import cost_profile
-    from specgen.drafters import PromptLookup
+    from specgen.drafters import ALONGSIDE_NGRAM_MIN, PromptLookup
     from specgen.engine import Engine
     from specgen.policy import DRAFT_MODEL_PRIOR, CostAware, FixedK
     from specgen.registry import cache_dir
@@ -137,7 +141,7 @@ def run(args, models) -> int:
         return CostAware(OFFER_MAX, c["verify"], c["draft"][1], c["feed"], draft_verify_s=c["draft"], model_prior=prior, seed=s)
 
     def mean_tps(rec, make, c, lookup=False, seeds=args.seeds):
-        return statistics.mean(replay(rec, make(s), args.n, c, PromptLookup() if lookup else None)["tps"]
+        return statistics.mean(replay(rec, make(s), args.n, c, PromptLookup(ngram_min=ALONGSIDE_NGRAM_MIN) if lookup else None)["tps"]
                                for s in range(seeds))
 
     v = costs["verify"]

@@ -19,7 +19,7 @@ import numpy as np
 from specgen.acceptance import accept_greedy, accept_sampled
 from specgen.drafters import NORMAL_FEED, Draft, Drafter, Want
 from specgen.errors import SpecgenError
-from specgen.policy import MODEL_KEY, FixedK, Situation
+from specgen.policy import MODEL_KEY, FixedK, Situation, unused_offer_outcome
 from specgen.sampling import SamplingParams, probs, sample
 
 
@@ -288,9 +288,11 @@ class Generation:
         lag = self.drafter.lag(self.seq, self.context) if self.drafter is not None else 0
         return Situation(lag, self.max_tokens - len(self.tokens), others_rows, others_tokens)
 
-    def plan(self, draft: Draft, draft_s: float = 0.0) -> list[int]:
-        """Take this round's draft; the tokens to verify, `[last, d1 … dk]`."""
-        self._draft, self._draft_s = draft, draft_s
+    def plan(self, draft: Draft, draft_s: float = 0.0, unused: Draft | None = None) -> list[int]:
+        """Take this round's draft; the tokens to verify, `[last, d1 … dk]`.
+        `unused`: a free offer the round passed over (its key learns from what
+        the round emits, `Policy.observe`)."""
+        self._draft, self._draft_s, self._unused = draft, draft_s, unused
         self._base = len(self.context) - 1
         self._t_planned = time.perf_counter()
         return [self.context[-1], *draft.tokens]
@@ -312,6 +314,8 @@ class Generation:
         self.context.extend(emitted)
         verify_s = time.perf_counter() - self._t_planned
         self.policy.update(draft.key, len(d), n_acc, None if shared else verify_s, draft if draft.steps or draft.fed else None)
+        if self._unused is not None:
+            self.policy.observe(self._unused.key, *unused_offer_outcome(self._unused.tokens, emitted))
         self.stats.draft_fed += draft.fed
         self.stats.draft_prefill_s += draft.fed_s
         return self._account(Round(emitted, len(d), n_acc, self._draft_s, verify_s))
@@ -396,5 +400,7 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
         for i, d in zip(asks, drafter.propose([live[i][0].want(picks[i][0]) for i in asks])):
             drafts[i] = d.cut(picks[i][0])
     draft_s = time.perf_counter() - t0
-    planned = iter(g.plan(d, draft_s) for (g, _), d in zip(live, drafts))
+    # an offer left out (the model drafted, or k = 0) still teaches its key
+    unused = [o if o.tokens and (k == 0 or not take) else None for o, (k, take) in zip(offers, picks)]
+    planned = iter(g.plan(d, draft_s, u) for (g, _), d, u in zip(live, drafts, unused))
     return [next(planned) if lim is not None else None for lim in limits]

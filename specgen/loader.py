@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specgen import registry
-from specgen.drafters import NGRAM_MAX, DraftModel, Drafter, PromptLookup, WithLookup
+from specgen.drafters import ALONGSIDE_NGRAM_MIN, NGRAM_MAX, DraftModel, Drafter, PromptLookup, WithLookup
 from specgen.engine import Engine
 from specgen.errors import SpecgenError
 
@@ -30,7 +30,7 @@ class ModelOptions:
     threads: int | None = None
     gpu_layers: int = 0
     ngram_max: int = NGRAM_MAX
-    ngram_min: int = 1
+    ngram_min: int | None = None  # None: 1, or ALONGSIDE_NGRAM_MIN beside a draft model
     n_seq: int = 1
     adaptive: str | None = None  # cost | heuristic | fixed; None: cost, or fixed when -k is given
     p_min: float = 0.0
@@ -38,6 +38,12 @@ class ModelOptions:
     global_cache: bool = False  # suffix: also draft from earlier requests of this process
     suffix_choice: str = "latest"  # suffix: latest occurrence's continuation, or "frequent"
     tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.treedecode)
+
+    def lookup_ngram_min(self, alongside: bool = False) -> int:
+        """Prompt lookup's shortest match: as given, else 1 (2 beside a draft model)."""
+        if self.ngram_min is not None:
+            return self.ngram_min
+        return ALONGSIDE_NGRAM_MIN if alongside else 1
 
     def validate(self) -> None:
         chosen = [name for name, on in (("-d/--draft", self.draft), ("--lookup", self.lookup and not self.draft),
@@ -51,7 +57,7 @@ class ModelOptions:
             raise SpecgenError(f"-c/--ctx-size must be >= 16 (got {self.ctx_size})")
         if self.threads is not None and self.threads < 1:
             raise SpecgenError(f"-t/--threads must be >= 1 (got {self.threads})")
-        if not 1 <= self.ngram_min <= self.ngram_max:
+        if not 1 <= self.lookup_ngram_min() <= self.ngram_max:
             raise SpecgenError("n-gram sizes need 1 <= --ngram-min <= --ngram-max")
         if self.adaptive is not None and self.adaptive not in POLICIES:
             raise SpecgenError(f"unknown --adaptive policy '{self.adaptive}' (choose {', '.join(POLICIES)})")
@@ -163,7 +169,7 @@ def make_suffix_drafter(opts: ModelOptions):
     (one process), and only with global_cache on."""
     from specgen.suffix import SuffixDrafter
 
-    return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.ngram_min)
+    return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.lookup_ngram_min())
 
 
 def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Loaded:
@@ -201,9 +207,10 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
             drafter = open_draft(target, draft_path, n_ctx=opts.ctx_size, p_min=opts.p_min, **kw)
             draft_engine = drafter.engine
             if alongside:
-                drafter = WithLookup(drafter, PromptLookup(opts.ngram_max, opts.ngram_min), model_max=model_max)
+                drafter = WithLookup(drafter, PromptLookup(opts.ngram_max, opts.lookup_ngram_min(alongside=True)),
+                                     model_max=model_max)
         elif mode == "lookup":
-            drafter = PromptLookup(opts.ngram_max, opts.ngram_min)
+            drafter = PromptLookup(opts.ngram_max, opts.lookup_ngram_min())
         elif mode == "suffix":
             drafter = make_suffix_drafter(opts)
     except BaseException:

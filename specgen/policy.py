@@ -45,6 +45,22 @@ def expected_tokens_per_round(alpha: float, k: int) -> float:
     return expected_tokens([alpha] * max(k, 0))
 
 
+def unused_offer_outcome(offer: Sequence[int], emitted: Sequence[int]) -> tuple[int, int]:
+    """What a free drafter's offer, left unverified this round, would have met:
+    (positions the acceptance rule would have reached, of them accepted),
+    judged against the tokens the round emitted. Where the offer parts from
+    them it would have been rejected there; where it runs past them, nothing
+    is known. The emitted token at each position follows the target's
+    distribution (greedy: its argmax; sampled: the lossless rule's output),
+    so matching it has the offer's acceptance probability: the same evidence
+    a verified offer gives, for free."""
+    n = min(len(offer), len(emitted))
+    j = 0
+    while j < n and offer[j] == emitted[j]:
+        j += 1
+    return (j + 1, j) if j < n else (n, n)
+
+
 def verify_cost(curve: Sequence[float], rows: int) -> float:
     """Seconds of a target pass with `rows` logit rows; curve[n] measured for n < len(curve)
     (index 0 unused), extended linearly from its last two points beyond."""
@@ -133,6 +149,10 @@ class Policy:
         (its own cost accounting), None when nothing was drafted."""
         self._drafted += k
         self._accepted += accepted
+
+    def observe(self, key: int, reached: int, accepted: int) -> None:
+        """Evidence about a free drafter's key from an offer this round did not
+        verify (`unused_offer_outcome`); no time was spent on it."""
 
     def prefill_pays(self, lag: int, remaining: int) -> bool:
         """Should a draft model read `lag` tokens of prompt now, to draft over the
@@ -350,14 +370,18 @@ class CostAware(Policy):
             return (self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0), False
         if limit <= 0:  # lookup alone: nothing to weigh it against
             return self.choose(key, offered, situation), True
-        # one upward draw for each option, independent (Thompson sampling over
-        # two arms): an option the evidence rates lower is still tried, now and then
-        z, z_model = np.maximum(self.rng.standard_normal(2), 0.0)
+        # one upward draw for the round, shared by both options: each is scored
+        # that many of its own posterior deviations above its estimate, so the
+        # option the evidence knows less about gains more, and an option rated
+        # lower is still tried now and then. (Independent draws per option flip
+        # between them on noise alone: replayed, their worst seeds lost 6-25 %
+        # more than one shared draw's; benchmarks/policy_replay.py.)
+        z = max(float(self.rng.standard_normal()), 0.0)
         offer, model = self._acc(key), self._acc(MODEL_KEY)
-        take = [step_rate(offer.rates(offered, z=float(z)), k, self.verify_s, 0.0, situation, self.pick_s)
+        take = [step_rate(offer.rates(offered, z=z), k, self.verify_s, 0.0, situation, self.pick_s)
                 for k in range(offered + 1)]
         k_take = _best(take)
-        alphas = model.rates(limit, z=float(z_model))
+        alphas = model.rates(limit, z=z)
         rates = self.rates(alphas, situation)
         k = 1 + _best(rates[1:])
         # this round pays the model's catch-up, if its cache lags
@@ -407,6 +431,10 @@ class CostAware(Policy):
         rates = self.rates(self._acc(key).rates(self.k_max, z=1.0))
         k = max(range(len(rates)), key=rates.__getitem__)
         return k > 0 and self._catch_up_pays(lag, remaining, rates[k], rates[0])
+
+    def observe(self, key: int, reached: int, accepted: int) -> None:
+        if reached > 0:
+            self._acc(key).add(reached, accepted, self.decay)
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)

@@ -277,8 +277,19 @@ def test_a_draft_model_drafts_with_prompt_lookup_alongside_by_default(gemma_path
             assert (loaded.draft_max, loaded.drafter.model_max) == (16, 8)
         elif alongside:
             assert (loaded.draft_max, loaded.drafter.model_max) == (4, 4)
+        if alongside:  # beside the model, lookup offers matches of two tokens or more
+            assert loaded.drafter.lookup.ngram_min == 2
     finally:
         loaded.close()
+
+
+@pytest.mark.parametrize("given, alone, alongside", [(None, 1, 2), (1, 1, 1), (3, 3, 3)])
+def test_lookup_shortest_match_is_two_beside_a_draft_model_unless_given(given, alone, alongside):
+    from specgen.loader import ModelOptions
+
+    opts = ModelOptions(ngram_min=given)
+    opts.validate()
+    assert (opts.lookup_ngram_min(), opts.lookup_ngram_min(alongside=True)) == (alone, alongside)
 
 
 def test_no_lookup_without_a_draft_model_is_one_clear_error(gemma_path):

@@ -169,3 +169,34 @@ def test_a_draft_model_reads_the_prompt_before_the_first_token_when_drafting_can
                       max_tokens=20, policy=policy)
     next(iter(gen2))
     assert draft2.kv_tokens(0) == [] and gen2.stats.draft_fed == 0
+
+
+def test_an_offer_the_round_passes_over_is_judged_against_what_it_emitted():
+    """The policy hears what a free offer it left unverified would have met."""
+    from specgen.policy import FixedK
+
+    class PlainRounds(FixedK):  # always passes the offer over
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def choose_offer(self, key, offered, limit, situation=None):
+            return 0, True
+
+        def observe(self, key, reached, accepted):
+            self.seen.append((key, reached, accepted))
+
+    class Keyed(ScriptedDrafter):
+        def propose_one(self, context, k, params=None, rng=None, seq=0):
+            d = super().propose_one(context, k, params, rng, seq)
+            d.key = 7
+            return d
+
+    eng = FakeEngine(chain_table(20))
+    policy = PlainRounds()
+    # prompt [1] -> first token 2; plain rounds then emit 3, 4, 5
+    gen = Generation(eng, [1], Keyed([[3, 4, 9], [9, 5], []]), draft_max=4, max_tokens=4, policy=policy)
+    run(gen)
+    assert gen.tokens == [2, 3, 4, 5]
+    # [3, 4, 9] against the emitted [3]: matched as far as known; [9, 5] against [4]: rejected at once
+    assert policy.seen == [(7, 1, 1), (7, 1, 0)]

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from specgen.drafters import Draft
-from specgen.policy import CostAware, FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate
+from specgen.policy import (CostAware, FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate,
+                            unused_offer_outcome)
 
 # A CPU-like verify curve: n rows cost 14 ms * (1 + 0.35 (n - 1))
 CPU = [0.0] + [0.014 * (1 + 0.35 * (n - 1)) for n in range(1, 33)]
@@ -270,6 +271,34 @@ def test_an_untried_model_drafts_once_while_its_cache_is_in_step():
     teach(p, 0, k, k, 1)
     teach(p, 2, 8, 8, 6)
     assert p.choose_offer(2, 8, 8, Situation(lag=12))[1]  # evidence now: the offer, by its own merit
+
+
+@pytest.mark.parametrize("offer, emitted, outcome", [
+    ([5, 6, 7], [5, 6, 9], (3, 2)),  # parts at the third: rejected there
+    ([5, 6, 7], [8], (1, 0)),  # the first already differs
+    ([5, 6, 7], [5, 6, 7, 8], (3, 3)),  # all of it matches what the round emitted
+    ([5, 6, 7, 8, 9], [5, 6], (2, 2)),  # runs past the round: nothing known beyond
+])
+def test_an_unused_offer_is_judged_against_what_the_round_emitted(offer, emitted, outcome):
+    assert unused_offer_outcome(offer, emitted) == outcome
+
+
+def test_an_offer_passed_over_teaches_its_key_for_free():
+    """A key that once lost a round would never be tried against a good model
+    again; the offers it makes while the model drafts say what it is worth."""
+    p = hybrid()
+    teach(p, 0, 4, 4, 10)  # the model: everything accepted
+    teach(p, 4, 4, 0, 1)  # lookup's 4-gram matches: one unlucky round
+    before = p._acc(4).rates(1)[0]
+    for _ in range(10):
+        p.observe(4, 4, 4)  # its offers matched what the model's rounds emitted
+    assert p._acc(4).rates(1)[0] > before + 0.2
+    takes = 0
+    for _ in range(20):
+        k, take = p.choose_offer(4, 16, 8, Situation(lag=1))
+        takes += take and k >= 4
+    assert takes >= 18  # its offers now beat the model's drafts
+    assert p._drafted == 10 * 4 + 4  # observations are not drafts: the tally counts verified ones only
 
 
 def test_policies_without_a_cost_model_take_an_offer_first():

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from specgen import registry
 from specgen.bench.configs import PLAIN, Config
-from specgen.drafters import PromptLookup, WithLookup
+from specgen.drafters import ALONGSIDE_NGRAM_MIN, PromptLookup, WithLookup
 from specgen.engine import Engine
 from specgen.errors import SpecgenError
 from specgen.loader import DEFAULT_DRAFT_MAX, open_draft
@@ -99,7 +99,7 @@ def open_bench(
                 setup._owned.append(opened[path].engine)
             # configurations of one draft model share it (runs are sequential; a
             # drafter keeps nothing between generations but its engine's cache)
-            setup.drafters[c.name] = (WithLookup(opened[path], PromptLookup(c.ngram_max, c.ngram_min))
+            setup.drafters[c.name] = (WithLookup(opened[path], PromptLookup(c.ngram_max, ALONGSIDE_NGRAM_MIN))
                                       if c.lookup_alongside else opened[path])
             setup.draft_engines[c.name] = opened[path].engine
     except BaseException:

@@ -183,7 +183,7 @@ def chat(
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
     ngram_max: NgramMaxOpt = NGRAM_MAX,
-    ngram_min: NgramMinOpt = 1,
+    ngram_min: NgramMinOpt = None,
     template: TemplateOpt = None,
     suffix: SuffixOpt = False,
     global_cache: GlobalCacheOpt = OnOff.off,
@@ -220,7 +220,7 @@ def chat(
         model_drafter = loaded.drafter if loaded.mode == "draft" else None
         state = _ChatState(
             loaded, model_drafter,
-            lookup_drafter=loaded.drafter if loaded.mode in ("lookup", "suffix") else PromptLookup(ngram_max, ngram_min),
+            lookup_drafter=loaded.drafter if loaded.mode in ("lookup", "suffix") else PromptLookup(ngram_max, ngram_min or 1),
             spec=loaded.mode != "plain",
             use_lookup=model_drafter is None,
             k=loaded.draft_max or draft_max or DEFAULT_DRAFT_MAX["draft" if model_drafter else "lookup"],
@@ -336,7 +336,7 @@ def rewrite(
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
     ngram_max: NgramMaxOpt = NGRAM_MAX,
-    ngram_min: NgramMinOpt = 1,
+    ngram_min: NgramMinOpt = None,
     template: RewriteTemplateOpt = None,
 ) -> None:
     """Rewrite a file as instructed; prompt lookup drafts from the file by default."""

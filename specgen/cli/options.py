@@ -30,7 +30,7 @@ NoSpecOpt = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no s
 PairOpt = Annotated[Optional[str], typer.Option("--pair", help="A target/draft pair from models.toml.")]
 DraftMaxOpt = Annotated[Optional[int], typer.Option("-k", "--draft-max", help="Draft length: with it alone, a fixed k; with --adaptive, the ceiling (defaults: fixed 8 lookup / 4 draft model; adaptive 16 / 8).")]
 NgramMaxOpt = Annotated[int, typer.Option("--ngram-max", help="Longest n-gram prompt lookup matches.")]
-NgramMinOpt = Annotated[int, typer.Option("--ngram-min", help="Shortest n-gram prompt lookup matches.")]
+NgramMinOpt = Annotated[Optional[int], typer.Option("--ngram-min", help="Shortest n-gram prompt lookup matches (default 1; 2 beside a draft model).", show_default=False)]
 AdaptiveOpt = Annotated[Optional[str], typer.Option("--adaptive", help="Draft-length policy: cost (default; k = 0 … k_max by expected tokens/s from measured costs), heuristic, or fixed (the default when -k is given).")]
 PMinOpt = Annotated[float, typer.Option("--p-min", help="Draft model: stop drafting when its top probability drops below this.")]
 SuffixOpt = Annotated[bool, typer.Option("--suffix", help="Draft from a suffix index: the longest earlier match of the context, of any length.")]

@@ -62,7 +62,7 @@ def run(
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
     ngram_max: NgramMaxOpt = NGRAM_MAX,
-    ngram_min: NgramMinOpt = 1,
+    ngram_min: NgramMinOpt = None,
     adaptive: AdaptiveOpt = None,
     p_min: PMinOpt = 0.0,
     json_out: JsonOpt = False,

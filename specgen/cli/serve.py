@@ -46,7 +46,7 @@ def serve(
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
     ngram_max: NgramMaxOpt = NGRAM_MAX,
-    ngram_min: NgramMinOpt = 1,
+    ngram_min: NgramMinOpt = None,
     adaptive: AdaptiveOpt = None,
     p_min: PMinOpt = 0.0,
     host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")] = "127.0.0.1",

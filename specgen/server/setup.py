@@ -65,7 +65,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
         shared: dict = {}
         drafter = loaded.drafter
         if loaded.mode == "lookup":
-            drafter = PromptLookup(opts.ngram_max, opts.ngram_min)  # fresh indexes for a fresh server
+            drafter = PromptLookup(opts.ngram_max, opts.lookup_ngram_min())  # fresh indexes for a fresh server
         return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos,
                       new_policy=lambda: make_policy(loaded.policy_name, k, target, loaded.draft_engine, shared=shared))
 
