@@ -264,7 +264,10 @@ class CostAware(Policy):
     ample, draws sit at the estimates and the choice is the expected-best k.
     While nothing is drafted no evidence arrives, so the counts fade (by
     `idle_decay` a round) and the spread grows back: a drafter that cannot
-    pay is probed rarely, one whose acceptance changes is found again.
+    pay is probed rarely, one whose acceptance changes is found again. A free
+    drafter's offer that a round passes over (k = 0, or the model drafted) is
+    the exception: it is judged against what the round emitted (`observe`),
+    evidence at no cost.
 
     A draft model whose cache lags (its prompt not yet read, tokens settled
     while it sat out) first pays the catch-up: it drafts only if catch-up +
