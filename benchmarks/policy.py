@@ -251,8 +251,8 @@ def summarize(report: dict) -> None:
                 line += f", default/llama k=4 {r['default']['tps'] / r['llama k=4']['tps']:.2f}"
             print(line)
         elif key == "tune":
-            print(f"\ntune's prediction (best k, greedy) {rows['predicted']:.2f}x plain; default policy measured "
-                  f"{rows['measured']:.2f}x (geomean over the categories)")
+            print(f"\ntune's prediction (the model alone at its best k, greedy) {rows['predicted']:.2f}x plain; "
+                  f"the cost policy with the model alone measured {rows['measured']:.2f}x (geomean over the requests)")
         elif key == "nopay":
             print(f"\nQ4_K_M + Q4_0, open-ended: default/plain {rows['default'] / rows['plain']:.2f}")
 
