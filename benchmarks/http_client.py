@@ -18,6 +18,9 @@ then drives it through the same code as `specgen bench --endpoint`
    [DONE] (`timings.sent_at`, time.perf_counter is one clock for every
    process here) to the client's record of [DONE] — an upper bound, as it
    holds the stub's own write and the loopback.
+   The floor: the same requests read by an asyncio Protocol that parses
+   nothing (one block before each pair), what any Python reader pays for a
+   wake-up per chunk.
 2. closed loop at --streams concurrent streams, each reader in turn: the
    tokens per second the client measured against those the server counted
    over its own first-to-last token span, the client's CPU (share of one
@@ -166,6 +169,38 @@ async def _httpx_read(client, ep: Endpoint, path: str, body: dict, out: dict, t0
             raise _Failure("the stream ended without data: [DONE]" + (" (and no text)" if not texts else ""))
 
 
+class _Floor(asyncio.Protocol):
+    """The floor: an asyncio Protocol that reads the same stream and does nothing with it but find its end."""
+
+    def __init__(self) -> None:
+        self.tail, self.done = b"", None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.tail = self.tail[-8:] + data
+        if self.tail.endswith(b"\r\n0\r\n\r\n"):  # the stub's chunked body ends (nothing is parsed)
+            self.done.set_result(None)
+
+
+async def floor_requests(url: str, n: int, tokens: int) -> None:
+    """`n` requests read by _Floor, one at a time, on one kept connection."""
+    host, port = url.split("//")[1].split(":")
+    body = json.dumps({"prompt": "x", "max_tokens": tokens, "stream": True}).encode()
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+           % (host.encode(), len(body)) + body)
+    loop = asyncio.get_running_loop()
+    transport, floor = await loop.create_connection(_Floor, host, int(port))
+    try:
+        for _ in range(n):
+            floor.done = loop.create_future()
+            transport.write(req)
+            await asyncio.wait_for(floor.done, 60)
+    finally:
+        transport.close()
+
+
 def added_ms(raws: list[dict]) -> list[float]:
     """Per request: the client's record of [DONE] minus the stub's clock just before writing it (ms)."""
     return [1000 * (r["started"] + r["total_s"] - r["timings"]["sent_at"]) for r in raws
@@ -177,10 +212,15 @@ async def server_counters(client, url: str) -> dict:
     return parse_counters(r.text, ["stub_tokens_total", "stub_token_span_seconds"])
 
 
-async def sequential(benches: dict, clients: dict, ep: Endpoint, reqs: list, block: int) -> dict:
+async def sequential(benches: dict, clients: dict, ep: Endpoint, reqs: list, block: int, tokens: int) -> dict:
     acc = {k: {"cpu": 0.0, "n": 0, "e2e": 0.0, "failed": 0, "first": len(b.raws)} for k, b in benches.items()}
+    floor = {"cpu": 0.0, "n": 0}
     for i in range(0, len(reqs), block):
         order = READERS if (i // block) % 2 == 0 else READERS[::-1]
+        c0 = time.process_time()
+        await floor_requests(ep.url, len(reqs[i: i + block]), tokens)
+        floor["cpu"] += time.process_time() - c0
+        floor["n"] += len(reqs[i: i + block])
         for k in order:
             b, a = benches[k], acc[k]
             c0 = time.process_time()
@@ -197,6 +237,7 @@ async def sequential(benches: dict, clients: dict, ep: Endpoint, reqs: list, blo
                   "client_cpu_share_of_e2e": a["cpu"] / a["e2e"],
                   "median_e2e_ms": 1000 * median(r["total_s"] for r in raws if r["error"] is None),
                   "wall_added_ms_p50": median(gaps), "wall_added_ms_p95": sorted(gaps)[int(0.95 * (len(gaps) - 1))]}
+    out["floor"] = {"requests": floor["n"], "client_cpu_per_request_ms": 1000 * floor["cpu"] / floor["n"]}
     return out
 
 
@@ -233,7 +274,7 @@ async def measure(url: str, n: int, tokens: int, streams: int, block: int) -> di
         clients = {"protocol": c1, "httpx": c2}
         for k in READERS:
             await benches[k].prepare(clients[k])
-        out["sequential"] = await sequential(benches, clients, ep, reqs, block)
+        out["sequential"] = await sequential(benches, clients, ep, reqs, block, tokens)
         many = reqs * max(1, (2 * streams) // n or 1)
         out["concurrent"] = {k: await concurrent(benches[k], clients[k], ep, url, many, streams) for k in READERS}
     return out
@@ -263,6 +304,8 @@ def main() -> None:
               f"{c['throughput_ratio_client_over_server']:.3f} ({c['server_tokens_per_s']:.0f} tok/s), CPU "
               f"{100 * c['client_cpu_share_of_one_core']:.0f}% of a core, {c['client_cpu_per_request_ms']:.2f} ms a "
               f"request, wall added p50 {c['wall_added_ms_p50']:.2f} ms", file=sys.stderr)
+    print(f"   floor: CPU {res['sequential']['floor']['client_cpu_per_request_ms']:.2f} ms a request (an asyncio Protocol "
+          "that reads the stream and parses nothing)", file=sys.stderr)
     p, h = res["sequential"]["protocol"], res["sequential"]["httpx"]
     print(f"protocol / httpx: CPU a request {p['client_cpu_per_request_ms'] / h['client_cpu_per_request_ms']:.3f}, "
           f"wall added {p['wall_added_ms_p50'] / h['wall_added_ms_p50']:.3f}", file=sys.stderr)

@@ -351,6 +351,13 @@ def test_kept_alive_connections_are_reused_and_one_closed_unanswered_is_replaced
     assert len(opened) == connections
 
 
+def test_a_key_that_is_not_a_valid_header_is_a_failure_that_never_quotes_it(monkeypatch):
+    monkeypatch.setenv("BENCH_KEY", "sekrit\nline two")
+    ep = Endpoint("a", "http://127.0.0.1:9", key_env="BENCH_KEY")
+    raw = asyncio.run(stream_one(StreamPool(), ep, "/v1/completions", {"prompt": "x"}, 5))
+    assert raw["error"].startswith("cannot send the request") and "sekrit" not in raw["error"]
+
+
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory):
     if shutil.which("openssl") is None:

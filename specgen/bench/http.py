@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from specgen.bench.requests import Request
-from specgen.bench.stream import BadResponse, ConnectFailed, ServerClosed, SseLines, StreamPool
+from specgen.bench.stream import BadResponse, ConnectFailed, ServerClosed, SseLines, StreamError, StreamPool
 from specgen.errors import SpecgenError
 
 PROBE_TIMEOUT_S = 10.0
@@ -278,7 +278,7 @@ async def stream_one(pool: StreamPool, ep: Endpoint, path: str, body: dict, time
         await asyncio.wait_for(pool.post(ep.url, path, ep.headers, data, _Reader(out, t0)), timeout)
     except _Failure as f:
         out["error"] = f.message
-    except (asyncio.TimeoutError, ConnectFailed, ServerClosed, BadResponse) as e:
+    except (asyncio.TimeoutError, StreamError) as e:
         out["error"] = describe(e, timeout)
     out["total_s"] = time.perf_counter() - t0 if out["total_s"] is None else out["total_s"]
     return out
@@ -334,9 +334,9 @@ class _Reader:
         try:
             obj = json.loads(data)
         except ValueError:  # not JSON, or not UTF-8
-            raise _Failure(f"malformed SSE: a data line is not JSON: {_short(data.decode('utf-8', 'replace'))}") from None
+            raise _Failure(f"malformed SSE: a data line is not JSON: {_short(data.decode(errors='replace'))}") from None
         if not isinstance(obj, dict):
-            raise _Failure(f"malformed SSE: a data line is not a JSON object: {_short(data.decode('utf-8', 'replace'))}")
+            raise _Failure(f"malformed SSE: a data line is not a JSON object: {_short(data.decode(errors='replace'))}")
         if "error" in obj:
             raise _Failure(f"error in the stream: {error_text(json.dumps(obj))}")
         for choice in obj.get("choices") or ():

@@ -40,16 +40,20 @@ class Sink(Protocol):
     def end(self) -> None: ...
 
 
-class ConnectFailed(Exception):
+class StreamError(Exception):
+    """A request that could not be made or read (the subclasses say which)."""
+
+
+class ConnectFailed(StreamError):
     """The connection (or its TLS handshake) could not be made; the cause is chained."""
 
 
-class ServerClosed(Exception):
+class ServerClosed(StreamError):
     """The server closed the connection before the response ended."""
 
 
-class BadResponse(Exception):
-    """The bytes are not an HTTP/1.1 response (h11 says why)."""
+class BadResponse(StreamError):
+    """The bytes are not an HTTP/1.1 response, or the request cannot be written as one (h11 says why)."""
 
 
 class _Stale(Exception):
@@ -221,7 +225,7 @@ class StreamPool:
     async def post(self, url: str, path: str, headers: dict[str, str], body: bytes, sink: Sink) -> None:
         """POST `body` (JSON) to url + path and hand the response to `sink` as it arrives; returns when it ended.
 
-        Raises ConnectFailed, ServerClosed, BadResponse, or what the sink raised.
+        Raises a StreamError (ConnectFailed, ServerClosed, BadResponse), or what the sink raised.
         Cancelled (a timeout), the connection is closed, never reused.
         """
         target = self._targets.get(url) or self._targets.setdefault(url, _Target(url))
@@ -230,7 +234,10 @@ class StreamPool:
         if target.auth is not None:
             head.append(("Authorization", target.auth))
         head += headers.items()
-        request = h11.Request(method="POST", target=target.prefix + path, headers=head)
+        try:
+            request = h11.Request(method="POST", target=target.prefix + path, headers=head)
+        except h11.LocalProtocolError:  # h11's message would quote the header: the API key never goes into a record
+            raise BadResponse("cannot send the request: a header is not valid HTTP (is the API key one line?)") from None
         for attempt in (1, 2):
             conn = await self._acquire(target)
             try:
