@@ -275,7 +275,7 @@ async def measure(url: str, n: int, tokens: int, streams: int, block: int) -> di
         for k in READERS:
             await benches[k].prepare(clients[k])
         out["sequential"] = await sequential(benches, clients, ep, reqs, block, tokens)
-        many = reqs * max(1, (2 * streams) // n or 1)
+        many = [reqs[i % n] for i in range(max(n, 8 * streams))]  # each stream's connection serves 8 or more
         out["concurrent"] = {k: await concurrent(benches[k], clients[k], ep, url, many, streams) for k in READERS}
     return out
 
