@@ -1,21 +1,35 @@
 """The HTTP bench's own cost: client overhead per request, and whether 64 streams outrun it.
 
-Starts the stub OpenAI server (tests/openai_stub.py) in its own process, so
-the client's CPU time (this process's) is the client's alone, then drives it
-through the same code path as `specgen bench --endpoint` (HttpBench):
+Starts the stub OpenAI server (tests/openai_stub.py --stamp) in its own
+process, so the client's CPU time (this process's) is the client's alone,
+then drives it through the same code as `specgen bench --endpoint`
+(HttpBench), side by side in one run for two readers of the timed stream:
+
+- `protocol`: what specgen uses (specgen.bench.stream: an asyncio Protocol,
+  h11 framing, the SSE parsed in data_received, one task wake-up a request);
+- `httpx`: the reader it replaced (httpx's aiter_lines, kept here only, for
+  the comparison: one task wake-up per chunk through httpx, httpcore, anyio).
 
 1. sequential: --requests streamed requests of --tokens chunks each, one at
-   a time. Client CPU per request (time.process_time) and its share of the
-   requests' end-to-end time; the wall time the client adds beyond the
-   server's own handler time (the stub reports it in `timings.predicted_ms`).
-2. closed loop at --streams concurrent streams: the throughput the client
-   measured against the tokens the server counted over its own first-to-last
-   token span, and the client's CPU use (share of one core) meanwhile.
+   a time, the two readers alternating in blocks of --block. Per reader:
+   client CPU per request (time.process_time) and its share of the
+   requests' end-to-end time; the wall time the client adds to each
+   latency: from the stub's clock just before it writes the last chunk and
+   [DONE] (`timings.sent_at`, time.perf_counter is one clock for every
+   process here) to the client's record of [DONE] — an upper bound, as it
+   holds the stub's own write and the loopback.
+   The floor: the same requests read by an asyncio Protocol that parses
+   nothing (one block before each pair), what any Python reader pays for a
+   wake-up per chunk.
+2. closed loop at --streams concurrent streams, each reader in turn: the
+   tokens per second the client measured against those the server counted
+   over its own first-to-last token span, the client's CPU (share of one
+   core, per request), and the wall time added under that load.
 
-    flock /tmp/specgen-bench.lock nice -n -5 python benchmarks/http_client.py --requests 100 --tokens 64 --streams 64
+    flock /tmp/specgen-bench.lock nice -n -5 python benchmarks/http_client.py --requests 200 --tokens 64 --streams 64
 
-Targets: < 1 ms CPU a request and < 1 % of a run; at 64 streams the client
-keeps up (throughput ratio ≈ 1, CPU well under one core).
+Targets: < 1 ms added to each latency and < 1 % of a run in CPU; at 64
+streams the client keeps up (throughput ratio ≈ 1, CPU well under one core).
 """
 
 from __future__ import annotations
@@ -33,9 +47,11 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specgen.bench.http import Endpoint, Sampling, parse_counters  # noqa: E402
+from specgen.bench.http import Endpoint, Sampling, _Failure, _short, describe, error_text, parse_counters  # noqa: E402
 from specgen.bench.load import HttpBench, LoadSettings  # noqa: E402
 from specgen.bench.requests import Request  # noqa: E402
+
+READERS = ("protocol", "httpx")
 
 
 def free_port() -> int:
@@ -47,7 +63,7 @@ def free_port() -> int:
 def start_stub(delay_ms: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
     p = subprocess.Popen([sys.executable, str(ROOT / "tests" / "openai_stub.py"), "--port", str(port),
-                          "--delay-ms", str(delay_ms)], stderr=subprocess.DEVNULL)
+                          "--delay-ms", str(delay_ms), "--stamp"], stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     import httpx
 
@@ -63,85 +79,236 @@ def start_stub(delay_ms: float) -> tuple[subprocess.Popen, str]:
             time.sleep(0.1)
 
 
+class Recording(HttpBench):
+    """HttpBench keeping every raw stream result (for `started` and the stub's `sent_at`)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.raws: list[dict] = []
+
+    async def stream(self, client, ep, path, body):
+        raw = await super().stream(client, ep, path, body)
+        self.raws.append(raw)
+        return raw
+
+
+class HttpxRecording(Recording):
+    """The same, the stream read by httpx as `specgen bench --endpoint` did before specgen.bench.stream."""
+
+    async def stream(self, client, ep, path, body):
+        raw = await httpx_stream_one(client, ep, path, body, self.settings.timeout)
+        self.raws.append(raw)
+        return raw
+
+
+async def httpx_stream_one(client, ep: Endpoint, path: str, body: dict, timeout: float) -> dict:
+    """The former specgen.bench.http.stream_one and _read_stream (httpx, aiter_lines), unchanged but for `started`."""
+    import httpx
+
+    out: dict = {"status": None, "error": None, "ttft_s": None, "total_s": None, "chunk_s": [], "text": "",
+                 "usage": None, "speculative": None, "timings": None, "finish_reason": None}
+    out["started"] = t0 = time.perf_counter()
+    try:
+        await asyncio.wait_for(_httpx_read(client, ep, path, body, out, t0), timeout)
+    except _Failure as f:
+        out["error"] = f.message
+    except (asyncio.TimeoutError, httpx.HTTPError) as e:
+        out["error"] = describe(e, timeout)
+    out["total_s"] = time.perf_counter() - t0 if out["total_s"] is None else out["total_s"]
+    return out
+
+
+async def _httpx_read(client, ep: Endpoint, path: str, body: dict, out: dict, t0: float) -> None:
+    clock = time.perf_counter
+    texts: list[str] = []
+    async with client.stream("POST", ep.url + path, json=body, headers=ep.headers) as r:
+        out["status"] = r.status_code
+        if r.status_code != 200:
+            raise _Failure(f"HTTP {r.status_code}: {error_text(await r.aread())}")
+        ctype = r.headers.get("content-type", "")
+        if "text/event-stream" not in ctype:
+            raw = await r.aread()
+            raise _Failure(f"not a stream (content-type {ctype or 'none'}): {error_text(raw)}")
+        done = False
+        async for line in r.aiter_lines():
+            if not line.startswith("data:"):
+                continue  # blank separators, comments (": ping"), event: lines
+            if done:
+                continue  # read on to the end of the response: the connection is then kept for the next request
+            data = line[5:].strip()
+            if data == "[DONE]":
+                done = True
+                out["total_s"] = clock() - t0
+                continue
+            now = clock()
+            try:
+                obj = json.loads(data)
+            except json.JSONDecodeError:
+                raise _Failure(f"malformed SSE: a data line is not JSON: {_short(data)}") from None
+            if not isinstance(obj, dict):
+                raise _Failure(f"malformed SSE: a data line is not a JSON object: {_short(data)}")
+            if "error" in obj:
+                raise _Failure(f"error in the stream: {error_text(json.dumps(obj))}")
+            for choice in obj.get("choices") or []:
+                if not isinstance(choice, dict):
+                    raise _Failure("malformed SSE: a choice is not an object")
+                delta = choice.get("delta")
+                piece = choice.get("text") if delta is None else (delta or {}).get("content")
+                if piece:
+                    if out["ttft_s"] is None:
+                        out["ttft_s"] = now - t0
+                    out["chunk_s"].append(now - t0)
+                    texts.append(piece)
+                if choice.get("finish_reason"):
+                    out["finish_reason"] = choice["finish_reason"]
+            for key in ("usage", "speculative", "timings"):
+                if isinstance(obj.get(key), dict):
+                    out[key] = obj[key]
+        out["text"] = "".join(texts)
+        if not done:
+            raise _Failure("the stream ended without data: [DONE]" + (" (and no text)" if not texts else ""))
+
+
+class _Floor(asyncio.Protocol):
+    """The floor: an asyncio Protocol that reads the same stream and does nothing with it but find its end."""
+
+    def __init__(self) -> None:
+        self.tail, self.done = b"", None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.tail = self.tail[-8:] + data
+        if self.tail.endswith(b"\r\n0\r\n\r\n"):  # the stub's chunked body ends (nothing is parsed)
+            self.done.set_result(None)
+
+
+async def floor_requests(url: str, n: int, tokens: int) -> None:
+    """`n` requests read by _Floor, one at a time, on one kept connection."""
+    host, port = url.split("//")[1].split(":")
+    body = json.dumps({"prompt": "x", "max_tokens": tokens, "stream": True}).encode()
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+           % (host.encode(), len(body)) + body)
+    loop = asyncio.get_running_loop()
+    transport, floor = await loop.create_connection(_Floor, host, int(port))
+    try:
+        for _ in range(n):
+            floor.done = loop.create_future()
+            transport.write(req)
+            await asyncio.wait_for(floor.done, 60)
+    finally:
+        transport.close()
+
+
+def added_ms(raws: list[dict]) -> list[float]:
+    """Per request: the client's record of [DONE] minus the stub's clock just before writing it (ms)."""
+    return [1000 * (r["started"] + r["total_s"] - r["timings"]["sent_at"]) for r in raws
+            if r["error"] is None and (r["timings"] or {}).get("sent_at") is not None]
+
+
 async def server_counters(client, url: str) -> dict:
     r = await client.get(url + "/metrics?reset=1")
     return parse_counters(r.text, ["stub_tokens_total", "stub_token_span_seconds"])
 
 
-async def measure(url: str, n: int, tokens: int, streams: int) -> dict:
+async def sequential(benches: dict, clients: dict, ep: Endpoint, reqs: list, block: int, tokens: int) -> dict:
+    acc = {k: {"cpu": 0.0, "n": 0, "e2e": 0.0, "failed": 0, "first": len(b.raws)} for k, b in benches.items()}
+    floor = {"cpu": 0.0, "n": 0}
+    for i in range(0, len(reqs), block):
+        order = READERS if (i // block) % 2 == 0 else READERS[::-1]
+        c0 = time.process_time()
+        await floor_requests(ep.url, len(reqs[i: i + block]), tokens)
+        floor["cpu"] += time.process_time() - c0
+        floor["n"] += len(reqs[i: i + block])
+        for k in order:
+            b, a = benches[k], acc[k]
+            c0 = time.process_time()
+            results = [await b.one(clients[k], ep, r) for r in reqs[i: i + block]]
+            a["cpu"] += time.process_time() - c0
+            a["n"] += len(results)
+            a["e2e"] += sum(x["total_s"] for x in results)
+            a["failed"] += sum(x["error"] is not None for x in results)
+    out = {}
+    for k, a in acc.items():
+        raws = benches[k].raws[a["first"]:]
+        gaps = added_ms(raws)
+        out[k] = {"requests": a["n"], "failed": a["failed"], "client_cpu_per_request_ms": 1000 * a["cpu"] / a["n"],
+                  "client_cpu_share_of_e2e": a["cpu"] / a["e2e"],
+                  "median_e2e_ms": 1000 * median(r["total_s"] for r in raws if r["error"] is None),
+                  "wall_added_ms_p50": median(gaps), "wall_added_ms_p95": sorted(gaps)[int(0.95 * (len(gaps) - 1))]}
+    out["floor"] = {"requests": floor["n"], "client_cpu_per_request_ms": 1000 * floor["cpu"] / floor["n"]}
+    return out
+
+
+async def concurrent(b: HttpBench, client, ep: Endpoint, url: str, reqs: list, streams: int) -> dict:
+    await server_counters(client, url)
+    before = (await server_counters(client, url))["stub_tokens_total"]
+    first = len(b.raws)
+    c0 = time.process_time()
+    results, wall = await b.closed_loop(client, ep, reqs, streams)
+    cpu = time.process_time() - c0
+    after = await server_counters(client, url)
+    ok = [x for x in results if x.get("error") is None]
+    client_tokens = sum(x["generated_tokens"] for x in ok)
+    server_tokens = after["stub_tokens_total"] - before
+    span = after["stub_token_span_seconds"]
+    gaps = added_ms(b.raws[first:])
+    return {
+        "streams": streams, "requests": len(results), "failed": len(results) - len(ok), "wall_s": wall,
+        "client_tokens_per_s": client_tokens / wall, "server_tokens_per_s": server_tokens / span if span else None,
+        "throughput_ratio_client_over_server": (client_tokens / wall) / (server_tokens / span) if span else None,
+        "client_cpu_share_of_one_core": cpu / wall, "client_cpu_per_request_ms": 1000 * cpu / len(results),
+        "wall_added_ms_p50": median(gaps), "wall_added_ms_p95": sorted(gaps)[int(0.95 * (len(gaps) - 1))],
+    }
+
+
+async def measure(url: str, n: int, tokens: int, streams: int, block: int) -> dict:
     ep = Endpoint("stub", url, kind="plain")
     reqs = [Request(f"r{i}", prompt=f"request {i}") for i in range(n)]
-    bench = HttpBench([ep, Endpoint("same", url)], reqs, LoadSettings(Sampling(max_tokens=tokens), warmup=True))
+    settings = LoadSettings(Sampling(max_tokens=tokens), warmup=True)
+    benches = {"protocol": Recording([ep, Endpoint("same", url)], reqs, settings),
+               "httpx": HttpxRecording([ep, Endpoint("same", url)], reqs, settings)}
     out: dict = {}
-    async with bench.client() as client:
-        await bench.prepare(client)
-        # 0. the floor: httpx streaming the same requests, read and thrown away, nothing parsed
-        body = {"prompt": "x", "max_tokens": tokens, "stream": True}
-        c0 = time.process_time()
-        for _ in reqs:
-            async with client.stream("POST", url + "/v1/completions", json=body) as r:
-                async for _ in r.aiter_raw():
-                    pass
-        out["httpx_floor_cpu_per_request_ms"] = 1000 * (time.process_time() - c0) / n
-        # 1. one at a time
-        results, c0, w0 = [], time.process_time(), time.perf_counter()
-        for r in reqs:
-            results.append(await bench.one(client, ep, r))
-        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-        ok = [x for x in results if x["error"] is None]
-        e2e = sum(x["total_s"] for x in ok)
-        added = [x["total_s"] - x["server_latency_s"] for x in ok]
-        out["sequential"] = {
-            "requests": n, "failed": n - len(ok), "tokens_each": tokens, "wall_s": wall,
-            "client_cpu_per_request_ms": 1000 * cpu / n, "client_cpu_share_of_e2e": cpu / e2e,
-            "median_e2e_ms": 1000 * median(x["total_s"] for x in ok),
-            "median_wall_added_beyond_server_ms": 1000 * median(added),
-        }
-        # 2. `streams` at once
-        await server_counters(client, url)
-        before = (await server_counters(client, url))["stub_tokens_total"]
-        c0 = time.process_time()
-        results, wall = await bench.closed_loop(client, ep, reqs * max(1, (2 * streams) // n or 1), streams)
-        cpu = time.process_time() - c0
-        after = await server_counters(client, url)
-        ok = [x for x in results if x.get("error") is None]
-        client_tokens = sum(x["generated_tokens"] for x in ok)
-        server_tokens = after["stub_tokens_total"] - before
-        span = after["stub_token_span_seconds"]
-        out["concurrent"] = {
-            "streams": streams, "requests": len(results), "failed": len(results) - len(ok), "wall_s": wall,
-            "client_tokens_per_s": client_tokens / wall, "server_tokens_per_s": server_tokens / span if span else None,
-            "throughput_ratio_client_over_server": (client_tokens / wall) / (server_tokens / span) if span else None,
-            "client_cpu_share_of_one_core": cpu / wall,
-            "client_cpu_per_request_ms": 1000 * cpu / len(results),
-            "median_chunk_gap_ms": 1000 * median(x["itl_p50_s"] for x in ok if x["itl_p50_s"] is not None),
-        }
+    async with benches["protocol"].client() as c1, benches["httpx"].client() as c2:
+        clients = {"protocol": c1, "httpx": c2}
+        for k in READERS:
+            await benches[k].prepare(clients[k])
+        out["sequential"] = await sequential(benches, clients, ep, reqs, block, tokens)
+        many = [reqs[i % n] for i in range(max(n, 8 * streams))]  # each stream's connection serves 8 or more
+        out["concurrent"] = {k: await concurrent(benches[k], clients[k], ep, url, many, streams) for k in READERS}
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=100)
+    ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--streams", type=int, default=64)
+    ap.add_argument("--block", type=int, default=20, help="sequential requests a reader runs before the other's turn")
     ap.add_argument("--delay-ms", type=float, default=2.0, help="the stub's time between chunks")
     a = ap.parse_args()
     stub, url = start_stub(a.delay_ms)
     try:
-        res = asyncio.run(measure(url, a.requests, a.tokens, a.streams))
+        res = asyncio.run(measure(url, a.requests, a.tokens, a.streams, a.block))
     finally:
         stub.terminate()
         stub.wait(10)
     res["stub_delay_ms"] = a.delay_ms
     print(json.dumps(res, indent=1))
-    s, c = res["sequential"], res["concurrent"]
-    print(f"httpx alone (no parsing): {res['httpx_floor_cpu_per_request_ms']:.2f} ms CPU a request", file=sys.stderr)
-    print(f"client CPU {s['client_cpu_per_request_ms']:.2f} ms a request = {100 * s['client_cpu_share_of_e2e']:.2f}% of "
-          f"its e2e ({s['median_e2e_ms']:.0f} ms); wall added beyond the server's own time {s['median_wall_added_beyond_server_ms']:.2f} ms",
-          file=sys.stderr)
-    print(f"{c['streams']} streams: client {c['client_tokens_per_s']:.0f} tok/s, server {c['server_tokens_per_s']:.0f} tok/s "
-          f"(ratio {c['throughput_ratio_client_over_server']:.3f}); client CPU {100 * c['client_cpu_share_of_one_core']:.0f}% of a core",
-          file=sys.stderr)
+    for k in READERS:
+        s, c = res["sequential"][k], res["concurrent"][k]
+        print(f"{k:>8}: CPU {s['client_cpu_per_request_ms']:.2f} ms a request = {100 * s['client_cpu_share_of_e2e']:.2f}% "
+              f"of its e2e ({s['median_e2e_ms']:.0f} ms); wall added p50 {s['wall_added_ms_p50']:.3f} ms, "
+              f"p95 {s['wall_added_ms_p95']:.3f} ms | {c['streams']} streams: client/server tok/s "
+              f"{c['throughput_ratio_client_over_server']:.3f} ({c['server_tokens_per_s']:.0f} tok/s), CPU "
+              f"{100 * c['client_cpu_share_of_one_core']:.0f}% of a core, {c['client_cpu_per_request_ms']:.2f} ms a "
+              f"request, wall added p50 {c['wall_added_ms_p50']:.2f} ms", file=sys.stderr)
+    print(f"   floor: CPU {res['sequential']['floor']['client_cpu_per_request_ms']:.2f} ms a request (an asyncio Protocol "
+          "that reads the stream and parses nothing)", file=sys.stderr)
+    p, h = res["sequential"]["protocol"], res["sequential"]["httpx"]
+    print(f"protocol / httpx: CPU a request {p['client_cpu_per_request_ms'] / h['client_cpu_per_request_ms']:.3f}, "
+          f"wall added {p['wall_added_ms_p50'] / h['wall_added_ms_p50']:.3f}", file=sys.stderr)
 
 
 if __name__ == "__main__":

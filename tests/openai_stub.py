@@ -8,8 +8,11 @@ chunk with usage (and llama-server-style `timings` with draft counters), then
 after two chunks, "!nodone" a stream that ends without [DONE]. With `key`
 set, requests without `Authorization: Bearer KEY` get a 401. `served` counts
 the tokens it sent (the server's own counter, for the throughput check).
+With `stamp`, the last chunk's `timings.sent_at` is time.perf_counter() just
+before it and [DONE] are written together (one write): the benchmark's mark
+for the wall time the client adds. `ssl_files` (cert, key) serves https.
 
-Run alone (the benchmark): python tests/openai_stub.py --port 8099 --delay-ms 5
+Run alone (the benchmark): python tests/openai_stub.py --port 8099 --delay-ms 5 [--stamp]
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class Stats:
         self.last_s: float | None = None
 
 
-def make_app(delay: float = 0.0, key: str | None = None, draft: bool = True, keep_bodies: bool = True):
+def make_app(delay: float = 0.0, key: str | None = None, draft: bool = True, keep_bodies: bool = True,
+             stamp: bool = False):
     stats = Stats()
 
     def authorized(request: Request) -> bool:
@@ -95,6 +99,11 @@ def make_app(delay: float = 0.0, key: str | None = None, draft: bool = True, kee
             timings = {"prompt_n": 3, "prompt_ms": 1.0, "predicted_n": n, "predicted_ms": 1000 * (time.perf_counter() - t0)}
             if draft:
                 timings.update(draft_n=2 * n, draft_n_accepted=n)
+            if stamp:
+                timings["sent_at"] = time.perf_counter()
+                yield chunk(None, "length", usage={"prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3},
+                            timings=timings) + "data: [DONE]\n\n"
+                return
             yield chunk(None, "length", usage={"prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3},
                         timings=timings)
             if not prompt.startswith("!nodone"):
@@ -113,7 +122,7 @@ def make_app(delay: float = 0.0, key: str | None = None, draft: bool = True, kee
 class StubServer:
     """The stub served by uvicorn in a thread on a free loopback port."""
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, ssl_files: tuple[str, str] | None = None, **kw) -> None:
         import socket
 
         import uvicorn
@@ -123,8 +132,10 @@ class StubServer:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(128)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="critical", lifespan="off", access_log=False))
+        self.url = f"http{'s' * bool(ssl_files)}://127.0.0.1:{self.sock.getsockname()[1]}"
+        cert, key = ssl_files or (None, None)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="critical", lifespan="off", access_log=False,
+                                                    ssl_certfile=cert, ssl_keyfile=key))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         t0 = time.monotonic()
@@ -144,8 +155,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--delay-ms", type=float, default=5.0)
+    ap.add_argument("--stamp", action="store_true", help="timings.sent_at in the last chunk, written with [DONE]")
     a = ap.parse_args()
-    uvicorn.run(make_app(a.delay_ms / 1000, keep_bodies=False), host="127.0.0.1", port=a.port, log_level="warning",
+    uvicorn.run(make_app(a.delay_ms / 1000, keep_bodies=False, stamp=a.stamp), host="127.0.0.1", port=a.port, log_level="warning",
                 access_log=False)
 
 

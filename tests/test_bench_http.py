@@ -11,8 +11,11 @@ and off through a body override.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,9 +28,11 @@ import pytest
 from openai_stub import StubServer
 from specgen.bench.http import (
     Endpoint, Sampling, error_text, merge, parse_counters, parse_endpoints, request_body, run_measures, spec_stats,
+    stream_one,
 )
 from specgen.bench.load import parse_levels, poisson_arrivals
 from specgen.bench.requests import Request
+from specgen.bench.stream import SseLines, StreamPool
 from specgen.errors import SpecgenError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,6 +286,117 @@ def test_load_levels_on_the_stub_and_their_report(stub, tmp_path, capsys):
     text = page.read_text()
     assert "rate-latency-throughput" in text and "per arrival rate level" in text and "a vs the other endpoints" in text
     assert build_report(*load_records(out)) == build_report(*load_records(out))
+
+
+# =========================================================== the stream reader: lines, connections, TLS
+
+
+def test_sse_lines_are_cut_wherever_the_reads_split_them():
+    text = b'data: {"a": 1}\r\n\r\n: ping\n\nevent: x\ndata: {"b": 2}\n\ndata:{"c": 3}\r\rdata: [DONE]'
+    want = [b'{"a": 1}', b'{"b": 2}', b'{"c": 3}', b"[DONE]"]
+    for cut in range(1, len(text)):
+        lines = SseLines()
+        assert lines.feed(text[:cut]) + lines.feed(text[cut:]) + lines.tail() == want, cut
+    lines = SseLines()
+    assert [x for i in range(len(text)) for x in lines.feed(text[i:i + 1])] + lines.tail() == want
+    assert lines.tail() == [] and SseLines().feed(b": only a comment\n\n") == []
+
+
+ONE_TOKEN = (b'data: {"choices": [{"text": "hi", "finish_reason": "length"}], "usage": {"completion_tokens": 1}}\n\n'
+             b"data: [DONE]\n\n")
+
+
+async def sized_server(answers: int, opened: list):
+    """Answers `answers` requests a connection (a Content-Length body, kept alive), then closes the
+    connection at the next request without answering it: a keep-alive timeout met in flight."""
+
+    async def handle(reader, writer):
+        opened.append(writer)
+        try:
+            for i in range(answers + 1):
+                head = await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)))
+                if i == answers:
+                    break
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(ONE_TOKEN), ONE_TOKEN))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+@pytest.mark.parametrize("answers, connections", [(2, 3), (0, 5)])
+def test_kept_alive_connections_are_reused_and_one_closed_unanswered_is_replaced_once(answers, connections):
+    opened: list = []
+
+    async def main():
+        server, url = await sized_server(answers, opened)
+        pool = StreamPool()
+        try:
+            return [await stream_one(pool, Endpoint("a", url), "/v1/completions", {"prompt": "x"}, 10) for _ in range(5)]
+        finally:
+            pool.close()
+            server.close()
+
+    results = asyncio.run(main())
+    if answers:  # 5 requests, 2 a connection: the 3rd and 5th find theirs closed and go again on a new one
+        assert [(r["error"], r["text"], r["status"]) for r in results] == [(None, "hi", 200)] * 5
+        assert all(r["usage"] == {"completion_tokens": 1} and 0 < r["ttft_s"] <= r["total_s"] for r in results)
+    else:  # a fresh connection closed unanswered is a failure, not sent again
+        assert all(r["error"] == "the server closed the connection mid-response: before answering" for r in results)
+    assert len(opened) == connections
+
+
+def test_a_key_that_is_not_a_valid_header_is_a_failure_that_never_quotes_it(monkeypatch):
+    monkeypatch.setenv("BENCH_KEY", "sekrit\nline two")
+    ep = Endpoint("a", "http://127.0.0.1:9", key_env="BENCH_KEY")
+    raw = asyncio.run(stream_one(StreamPool(), ep, "/v1/completions", {"prompt": "x"}, 5))
+    assert raw["error"].startswith("cannot send the request") and "sekrit" not in raw["error"]
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory):
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days",
+                    "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
+                   capture_output=True, timeout=120)
+    return str(cert), str(key)
+
+
+def test_https_endpoints_stream_over_tls_and_an_untrusted_certificate_is_a_tls_failure(tls_files, tmp_path, capsys,
+                                                                                      monkeypatch):
+    s = StubServer(ssl_files=tls_files, delay=0.001)
+    try:
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        code, _, err = cli(capsys, "bench", "--endpoint", f"a={s.url}", "--endpoint", f"b={s.url}")
+        assert code == 2 and err.count("\n") == 1 and f"endpoint a ({s.url}): TLS failure" in err
+
+        async def one():
+            pool = StreamPool()
+            try:
+                return await stream_one(pool, Endpoint("a", s.url), "/v1/completions", {"prompt": "x", "max_tokens": 2}, 10)
+            finally:
+                pool.close()
+
+        assert asyncio.run(one())["error"].startswith("TLS failure")  # the stream checks the certificate too
+        monkeypatch.setenv("SSL_CERT_FILE", tls_files[0])  # trusted now
+        assert asyncio.run(one())["text"] == "t0 t1 "
+        reqs = write_requests(tmp_path / "r.jsonl", {"x": "hello", "y": "there"})
+        code, out, err = cli(capsys, "bench", reqs, "--endpoint", f"a={s.url}", "--endpoint", f"b={s.url}", "-n", "3",
+                             "--json")
+        assert code == 0, err
+        lat = json.loads(out)["latency"]
+        assert lat["a"]["runs"] == lat["b"]["runs"] == 2 and lat["a"]["failed"] == lat["b"]["failed"] == 0
+    finally:
+        s.close()
 
 
 # =========================================================== a real `specgen serve`: on and off

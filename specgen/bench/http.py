@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from specgen.bench.requests import Request
+from specgen.bench.stream import BadResponse, ConnectFailed, ServerClosed, SseLines, StreamError, StreamPool
 from specgen.errors import SpecgenError
 
 PROBE_TIMEOUT_S = 10.0
@@ -230,10 +231,12 @@ def describe(exc: BaseException, timeout: float | None = None) -> str:
         return f"TLS failure: {_short(str(exc))}"
     if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError, TimeoutError)):
         return f"timed out after {timeout:g} s" if timeout else "timed out"
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, (httpx.ConnectError, ConnectFailed)):
         refused = any(isinstance(x, ConnectionRefusedError) for x in chain) or "refused" in str(exc).lower()
         return "connection refused" if refused else f"cannot connect: {_short(str(exc)) or type(exc).__name__}"
-    if isinstance(exc, httpx.RemoteProtocolError):
+    if isinstance(exc, BadResponse):
+        return _short(str(exc))
+    if isinstance(exc, (httpx.RemoteProtocolError, ServerClosed)):
         return f"the server closed the connection mid-response: {_short(str(exc))}"
     if isinstance(exc, httpx.HTTPError):
         return f"{type(exc).__name__}: {_short(str(exc))}"
@@ -256,79 +259,101 @@ class _Failure(Exception):
         self.message = message
 
 
-async def stream_one(client: httpx.AsyncClient, ep: Endpoint, path: str, body: dict, timeout: float) -> dict:
+async def stream_one(pool: StreamPool, ep: Endpoint, path: str, body: dict, timeout: float) -> dict:
     """Send one streamed request; its measurements (always a dict; `error` is None when it succeeded).
 
-    Times are seconds from just before the request is sent: ttft_s to the first
-    chunk carrying text, total_s to the end of the stream ([DONE]), chunk_s
-    for every chunk with text. One chunk may carry several tokens (a
-    speculative server settles several at once), so the token count is the
-    server's usage.completion_tokens when it reports one, else the chunks.
+    Times are seconds from just before the request is sent (`started`, on
+    time.perf_counter's clock): ttft_s to the arrival of the first chunk
+    carrying text, total_s to the arrival of [DONE], chunk_s for every chunk
+    with text. One chunk may carry several tokens (a speculative server
+    settles several at once), so the token count is the server's
+    usage.completion_tokens when it reports one, else the chunks. The stream
+    is parsed as its bytes arrive (specgen.bench.stream), not by httpx.
     """
     out: dict = {"status": None, "error": None, "ttft_s": None, "total_s": None, "chunk_s": [], "text": "",
                  "usage": None, "speculative": None, "timings": None, "finish_reason": None}
-    t0 = time.perf_counter()
+    data = json.dumps(body).encode()
+    out["started"] = t0 = time.perf_counter()
     try:
-        await asyncio.wait_for(_read_stream(client, ep, path, body, out, t0), timeout)
+        await asyncio.wait_for(pool.post(ep.url, path, ep.headers, data, _Reader(out, t0)), timeout)
     except _Failure as f:
         out["error"] = f.message
-    except (asyncio.TimeoutError, httpx.TimeoutException) as e:
+    except (asyncio.TimeoutError, StreamError) as e:
         out["error"] = describe(e, timeout)
-    except httpx.HTTPError as e:
-        out["error"] = describe(e)
     out["total_s"] = time.perf_counter() - t0 if out["total_s"] is None else out["total_s"]
     return out
 
 
-async def _read_stream(client, ep: Endpoint, path: str, body: dict, out: dict, t0: float) -> None:
-    clock = time.perf_counter
-    texts: list[str] = []
-    async with client.stream("POST", ep.url + path, json=body, headers=ep.headers) as r:
-        out["status"] = r.status_code
-        if r.status_code != 200:
-            raise _Failure(f"HTTP {r.status_code}: {error_text(await r.aread())}")
-        ctype = r.headers.get("content-type", "")
+class _Reader:
+    """One response, read inside the connection's callbacks: status, then the SSE events as they arrive."""
+
+    ERROR_BODY_MAX = 65536
+
+    def __init__(self, out: dict, t0: float) -> None:
+        self.out, self.t0 = out, t0
+        self.lines = SseLines()
+        self.texts: list[str] = []
+        self.done = False  # [DONE] seen: the rest is read to the end, so the connection is kept for the next request
+        self.refused: str | None = None  # not a stream: why, once its body (kept in `error_body`) has ended
+        self.error_body = bytearray()
+
+    def response(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.out["status"] = status
+        if status != 200:
+            self.refused = f"HTTP {status}"
+            return
+        ctype = next((v.decode("latin-1") for k, v in headers if k == b"content-type"), "")
         if "text/event-stream" not in ctype:
-            raw = await r.aread()
-            raise _Failure(f"not a stream (content-type {ctype or 'none'}): {error_text(raw)}")
-        done = False
-        async for line in r.aiter_lines():
-            if not line.startswith("data:"):
-                continue  # blank separators, comments (": ping"), event: lines
-            if done:
-                continue  # read on to the end of the response: the connection is then kept for the next request
-            data = line[5:].strip()
-            if data == "[DONE]":
-                done = True
-                out["total_s"] = clock() - t0
-                continue
-            now = clock()
-            try:
-                obj = json.loads(data)
-            except json.JSONDecodeError:
-                raise _Failure(f"malformed SSE: a data line is not JSON: {_short(data)}") from None
-            if not isinstance(obj, dict):
-                raise _Failure(f"malformed SSE: a data line is not a JSON object: {_short(data)}")
-            if "error" in obj:
-                raise _Failure(f"error in the stream: {error_text(json.dumps(obj))}")
-            for choice in obj.get("choices") or []:
-                if not isinstance(choice, dict):
-                    raise _Failure("malformed SSE: a choice is not an object")
-                delta = choice.get("delta")
-                piece = choice.get("text") if delta is None else (delta or {}).get("content")
-                if piece:
-                    if out["ttft_s"] is None:
-                        out["ttft_s"] = now - t0
-                    out["chunk_s"].append(now - t0)
-                    texts.append(piece)
-                if choice.get("finish_reason"):
-                    out["finish_reason"] = choice["finish_reason"]
-            for key in ("usage", "speculative", "timings"):
-                if isinstance(obj.get(key), dict):
-                    out[key] = obj[key]
-        out["text"] = "".join(texts)
-        if not done:
-            raise _Failure("the stream ended without data: [DONE]" + (" (and no text)" if not texts else ""))
+            self.refused = f"not a stream (content-type {ctype or 'none'})"
+
+    def data(self, data: bytes, now: float) -> None:
+        if self.refused is not None:
+            if len(self.error_body) < self.ERROR_BODY_MAX:
+                self.error_body += data
+        elif not self.done:
+            for line in self.lines.feed(data):
+                self.event(line, now)
+
+    def end(self) -> None:
+        if self.refused is not None:
+            raise _Failure(f"{self.refused}: {error_text(bytes(self.error_body))}")
+        now = time.perf_counter()
+        for line in self.lines.tail():
+            if not self.done:
+                self.event(line, now)
+        self.out["text"] = "".join(self.texts)
+        if not self.done:
+            raise _Failure("the stream ended without data: [DONE]" + (" (and no text)" if not self.texts else ""))
+
+    def event(self, data: bytes, now: float) -> None:
+        out = self.out
+        if data == b"[DONE]":
+            self.done = True
+            out["total_s"] = now - self.t0
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:  # not JSON, or not UTF-8
+            raise _Failure(f"malformed SSE: a data line is not JSON: {_short(data.decode(errors='replace'))}") from None
+        if not isinstance(obj, dict):
+            raise _Failure(f"malformed SSE: a data line is not a JSON object: {_short(data.decode(errors='replace'))}")
+        if "error" in obj:
+            raise _Failure(f"error in the stream: {error_text(json.dumps(obj))}")
+        for choice in obj.get("choices") or ():
+            if not isinstance(choice, dict):
+                raise _Failure("malformed SSE: a choice is not an object")
+            delta = choice.get("delta")
+            piece = choice.get("text") if delta is None else (delta or {}).get("content")
+            if piece:
+                if out["ttft_s"] is None:
+                    out["ttft_s"] = now - self.t0
+                out["chunk_s"].append(now - self.t0)
+                self.texts.append(piece)
+            if choice.get("finish_reason"):
+                out["finish_reason"] = choice["finish_reason"]
+        for key in ("usage", "speculative", "timings"):
+            if isinstance(obj.get(key), dict):
+                out[key] = obj[key]
 
 
 def run_measures(raw: dict) -> dict:

@@ -8,13 +8,16 @@ new one as soon as one finishes. Open loop (`--rate 2,5`): requests arrive
 at Poisson times at that rate per second, whether or not earlier ones have
 finished. Each (level, endpoint, repeat) is one "serve" record. Everything
 is bounded: a request count per level, an optional duration per open-loop
-level, a timeout per request. One asyncio loop, one httpx.AsyncClient, no
-thread per request.
+level, a timeout per request. One asyncio loop, no thread per request: the
+timed streams go through specgen.bench.stream's pool of kept-alive
+connections, everything else (the probe, /metrics) through one
+httpx.AsyncClient.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -28,6 +31,7 @@ from specgen.bench.http import (
 from specgen.bench.records import endpoint_failure, endpoint_request_record, endpoint_run, load_record
 from specgen.bench.requests import Request
 from specgen.bench.runner import run_order
+from specgen.bench.stream import StreamPool
 from specgen.errors import SpecgenError
 
 MAX_RATE = 1000.0
@@ -113,11 +117,24 @@ class HttpBench:
         self.names = [e.name for e in self.endpoints]
         self.timing = ClientTiming()
         self.models: dict[str, list[str]] = {}
+        self.streams: StreamPool | None = None
 
-    def client(self) -> httpx.AsyncClient:
+    @contextlib.asynccontextmanager
+    async def client(self):
+        """The httpx client for the probe and /metrics (yielded), and the stream pool (self.streams) meanwhile."""
         t = self.settings.timeout
-        return httpx.AsyncClient(timeout=httpx.Timeout(t, connect=min(t, 10.0)),
-                                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+        self.streams = StreamPool(connect_timeout=min(t, 10.0))
+        try:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(t, connect=min(t, 10.0)),
+                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=256)) as c:
+                yield c
+        finally:
+            self.streams.close()
+            self.streams = None
+
+    async def stream(self, client: httpx.AsyncClient, ep: Endpoint, path: str, body: dict) -> dict:
+        """One streamed request, read as its bytes arrive (http.stream_one's dict)."""
+        return await stream_one(self.streams, ep, path, body, self.settings.timeout)
 
     async def prepare(self, client: httpx.AsyncClient) -> None:
         """Probe every endpoint, then one short untimed request each (warm-up, and proof it streams)."""
@@ -128,7 +145,7 @@ class HttpBench:
         req = self.requests[0]
         for ep in self.endpoints:
             path, body = request_body(ep, req, self.settings.sampling, WARMUP_TOKENS)
-            raw = await stream_one(client, ep, path, body, self.settings.timeout)
+            raw = await self.stream(client, ep, path, body)
             if raw["error"] is not None:
                 raise SpecgenError(f"endpoint {ep.name} ({ep.url}): the warm-up request failed: {raw['error']}")
 
@@ -136,7 +153,7 @@ class HttpBench:
         """One measured request: run measures, or a failure dict (`error` set)."""
         path, body = request_body(ep, req, self.settings.sampling)
         before = await scrape_spec_counters(client, ep) if ep.vllm_metrics else None
-        raw = await stream_one(client, ep, path, body, self.settings.timeout)
+        raw = await self.stream(client, ep, path, body)
         self.timing.requests += 1
         self.timing.request_s += raw["total_s"]
         if raw["error"] is not None:
