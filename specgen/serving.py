@@ -145,6 +145,7 @@ class Server:
         drafter=None,
         new_policy: Callable[[], object] | None = None,
         ignore_eos: bool = False,
+        gate=None,
     ) -> None:
         if not 1 <= slots <= MAX_SLOTS:
             raise SpecgenError(f"concurrency must be in 1..{MAX_SLOTS} (got {slots})")
@@ -162,6 +163,7 @@ class Server:
         self.drafter = drafter if self.draft_max else None
         self.new_policy = new_policy or FixedK
         self.ignore_eos = ignore_eos
+        self.gate = gate if self.drafter is not None else None  # a StepGate: do shared steps draft at all?
         self.steps = 0  # decode_batch calls on the target
         self.step_log: list[tuple[int, int, int]] = []  # (sequences, verify rows, prefill rows) per step
         # the online queue (submit / cancel / step)
@@ -255,13 +257,19 @@ class Server:
         if not active:
             return finished_now
         generating = [a for a in active if not a.prefilling]
-        parts, owners = self._build_step(active, generating)
+        t0 = time.perf_counter()
+        before = sum(len(a.gen.tokens) for a in generating)
+        drafts = self.gate.drafts(len(generating)) if self.gate is not None else True
+        parts, owners = self._build_step(active, generating, drafts)
         views = self.target.decode_batch(parts) if parts else []
         self.steps += bool(parts)
         n_rows = sum(len(p[1]) for p in parts)
         for a in active:
             self._rows_seen[a.seq][n_rows] += 1
         finished = self._settle(generating, owners, views)
+        if self.gate is not None and all(kind == "verify" for _, kind in owners):  # prefill rows would skew its time
+            settled = sum(len(a.gen.tokens) for a in generating) - before
+            self.gate.observe(len(generating), drafts, settled, time.perf_counter() - t0)
         for a in list(active):
             lis = self._listeners[id(a.job)]
             new = a.gen.tokens[lis.sent :]
@@ -320,8 +328,9 @@ class Server:
         gen.begin()
         return _Active(job, seq, gen, t0, time.perf_counter(), need)
 
-    def _build_step(self, active: list[_Active], generating: list[_Active]):
-        """The step's parts: verify rows of generating sequences, then prefill chunks."""
+    def _build_step(self, active: list[_Active], generating: list[_Active], drafts: bool = True):
+        """The step's parts: verify rows of generating sequences (drafts: False plans
+        every one plain), then prefill chunks."""
         prefilling = [a for a in active if a.prefilling]
         budget = self.target.n_batch - len(generating) * (self.draft_max + 1)
         prefill_parts = []
@@ -335,7 +344,7 @@ class Server:
             prefill_parts.append((a, chunk, 1 if last else 0))
             budget -= len(chunk)
         prefill_rows = sum(len(c) for _, c, _ in prefill_parts)
-        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter, prefill_rows)):
+        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter if drafts else None, prefill_rows)):
             a.planned = rows
         parts, owners = [], []
         for a in generating:
