@@ -207,6 +207,19 @@ def level_one(systems, reqs, max_tokens: int, client) -> dict[str, list[dict]]:
     return rows
 
 
+def shared_steps(system, client) -> dict[str, float]:
+    """specgen serve's shared-step gate counters (/metrics): steps of several sequences
+    that could draft, and those kept plain; {} for other servers or without a gate."""
+    if not system.name.startswith("serve["):
+        return {}
+    out = {}
+    for line in client.get(system.url + "/metrics").text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("specgen_shared_steps_"):
+            out[name[len("specgen_"):-len("_total")]] = float(value)
+    return out
+
+
 def level_n(system: HttpSystem, reqs, max_tokens: int, n: int, client) -> tuple[list[dict], float]:
     with ThreadPoolExecutor(n) as pool:
         t0 = time.perf_counter()
@@ -325,8 +338,11 @@ def main() -> None:
                 rows, summaries = {}, []
                 order = servers if len(all_rows) % 2 == 0 else servers[::-1]
                 for s in order:
+                    before = shared_steps(s, client)
                     rows[s.name], wall = level_n(s, reqs, a.max_tokens, n, client)
                     summaries.append(summarize(s.name, n, rows[s.name], wall))
+                    after = shared_steps(s, client)  # this level's shared steps, drafting or kept plain
+                    summaries[-1].update({k: v - before.get(k, 0.0) for k, v in after.items()})
             all_rows[n] = rows
             for sm in summaries:
                 print(json.dumps(sm), flush=True)
