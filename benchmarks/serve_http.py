@@ -75,6 +75,7 @@ class HttpSystem:
     log: Path
     port: int
     env: dict | None = None
+    cwd: str | None = None  # `python -m specgen` imports from its working directory first: a checkout's own root
     proc: subprocess.Popen | None = None
 
     @property
@@ -84,7 +85,7 @@ class HttpSystem:
     def start(self) -> None:
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
-                                         env=self.env)
+                                         env=self.env, cwd=self.cwd)
 
     def wait_ready(self, client) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -297,7 +298,8 @@ def main() -> None:
         servers.append(HttpSystem(name, [sys.executable, "-m", "specgen", "serve", "-m", model, *common,
                                          "--port", str(port), "--ignore-eos", "-n", str(a.max_tokens),
                                          *flags.split()], logdir / f"serve-{len(servers)}.log", port,
-                                  {**env, "PYTHONPATH": str(Path(root).resolve())} if at else env))
+                                  {**env, "PYTHONPATH": str(Path(root).resolve())} if at else env,
+                                  str(Path(root).resolve()) if at else env["PYTHONPATH"]))
         if not a.no_bench and not at:
             pairs.append((name, f"bench[{cfg}]"))
     if a.llama_server:
