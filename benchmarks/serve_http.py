@@ -11,8 +11,9 @@ token counts:
   * `serve[...]`: `specgen serve` over HTTP, the same drafting configuration;
   * `llama[TYPE]`: `llama-server --spec-type TYPE` (and `none`);
 - concurrency N (--concurrency 1,4): the whole set through each server by N
-  client threads at once, servers in alternating order; throughput = completion
-  tokens / wall time of the set.
+  client threads at once, servers in alternating order (--repeats R: R times,
+  the order alternating each time); throughput = completion tokens / wall
+  time of the set(s).
 
 Every request goes to /v1/completions with the same raw text (no chat
 template), greedy, streamed (SSE, httpx), the same max_tokens and ignore_eos,
@@ -267,6 +268,9 @@ def main() -> None:
                          "the last one is the one held against llama-server; CONFIG@DIR serves it from the specgen "
                          "checkout in DIR (e.g. the code before a change, side by side)")
     ap.add_argument("--llama-args", default="-kvu", help="extra llama-server flags (default: -kvu, one KV pool as specgen's)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="at concurrency > 1: the set through every server this many times, alternating the "
+                         "servers' order; throughput over all repeats (and per repeat)")
     ap.add_argument("--no-bench", action="store_true", help="skip the in-process runs")
     ap.add_argument("--rows", type=Path, default=None, help="write every per-request row here (JSONL)")
     a = ap.parse_args()
@@ -337,14 +341,23 @@ def main() -> None:
                 rows = level_one([*bench, *servers], reqs, a.max_tokens, client)
                 summaries = [summarize(name, 1, rs) for name, rs in rows.items()]
             else:
-                rows, summaries = {}, []
-                order = servers if len(all_rows) % 2 == 0 else servers[::-1]
-                for s in order:
-                    before = shared_steps(s, client)
-                    rows[s.name], wall = level_n(s, reqs, a.max_tokens, n, client)
-                    summaries.append(summarize(s.name, n, rows[s.name], wall))
+                rows = {s.name: [] for s in servers}
+                walls = {s.name: [] for s in servers}
+                before = {s.name: shared_steps(s, client) for s in servers}
+                for rep in range(a.repeats):  # the servers in alternating order, repeat by repeat
+                    order = servers if (len(all_rows) + rep) % 2 == 0 else servers[::-1]
+                    for s in order:
+                        rs, wall = level_n(s, reqs, a.max_tokens, n, client)
+                        rows[s.name] += [{**r, "repeat": rep} for r in rs]
+                        walls[s.name].append(wall)
+                summaries = []
+                for s in servers:
+                    sm = summarize(s.name, n, rows[s.name], sum(walls[s.name]))
+                    sm["throughput_by_repeat"] = [sum(r["tokens"] or 0 for r in rows[s.name] if r["repeat"] == i) / w
+                                                  for i, w in enumerate(walls[s.name])]
                     after = shared_steps(s, client)  # this level's shared steps, drafting or kept plain
-                    summaries[-1].update({k: v - before.get(k, 0.0) for k, v in after.items()})
+                    sm.update({k: v - before[s.name].get(k, 0.0) for k, v in after.items()})
+                    summaries.append(sm)
             all_rows[n] = rows
             for sm in summaries:
                 print(json.dumps(sm), flush=True)

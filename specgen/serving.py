@@ -15,7 +15,10 @@ through `decoding.plan_step`, as in a single-sequence run: a draft model
 drafts all sequences together, step by step, in its own context, and the
 cost-aware policy sees the step it is planned into: it maximises the step's
 expected tokens per second, so drafting shrinks as the other rows saturate
-the machine.
+the machine. A `gate` (specgen.stepgate, with the cost policy) decides per
+step whether a step of several sequences drafts at all, from the measured
+throughput of such steps with and without drafts; steps that prefill a
+prompt beside them draft nothing.
 
 The engine must be opened with n_seq_max >= slots; kv_unified=True keeps a
 mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
@@ -259,7 +262,8 @@ class Server:
         generating = [a for a in active if not a.prefilling]
         t0 = time.perf_counter()
         before = sum(len(a.gen.tokens) for a in generating)
-        drafts = self.gate.drafts(len(generating)) if self.gate is not None else True
+        prefill = len(generating) < len(active)
+        drafts = self.gate.drafts(len(generating), prefill) if self.gate is not None else True
         parts, owners = self._build_step(active, generating, drafts)
         views = self.target.decode_batch(parts) if parts else []
         self.steps += bool(parts)

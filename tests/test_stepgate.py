@@ -122,3 +122,34 @@ def test_the_server_stops_drafting_shared_steps_only_where_rows_cost(monkeypatch
         assert shared[1] > shared[0]
     for r in results:  # the same tokens either way: greedy, chain table
         assert r.gen.tokens == sequential(MultiFakeEngine(chain_table(32), n_ctx=4096), r.job)
+
+
+def test_a_step_that_prefills_drafts_nothing():
+    gate = StepGate(seed=0)
+    assert gate.drafts(1) and not gate.drafts(1, prefill=True) and not gate.drafts(4, prefill=True)
+    assert gate.steps[bucket(4)] == [0, 0]  # not a gated choice: no arm's step
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_the_server_plans_steps_that_prefill_without_drafts(monkeypatch, gated):
+    """Requests admitted while others generate: their prompt's chunks share steps
+    with verify rows, which hold no drafts under a gate (rows nearly free: the
+    gate otherwise keeps drafting). Without a gate the policies draft there."""
+    import specgen.serving as serving
+
+    clock = [0.0]
+    monkeypatch.setattr(serving, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    eng = TimedEngine(chain_table(32), clock, 0.0001, n_ctx=4096, n_batch=64)
+    server = Server(eng, 2, draft_max=4, drafter=WrongAfter(32, good=4), gate=StepGate(seed=0) if gated else None)
+    jobs = [Job(f"r{i}", [(i + j) % 32 for j in range(40 + 30 * i)], 20 + 7 * i) for i in range(5)]
+    results = server.serve(jobs)
+    mixed = [(n, rows) for n, rows, pre in server.step_log if pre and rows]  # prefill beside verify rows
+    assert mixed, "no step prefilled beside a generating sequence"
+    verify_only = [rows for n, rows, pre in server.step_log if not pre and rows]
+    assert max(verify_only) > 2  # drafting happens elsewhere
+    if gated:
+        assert all(rows == 1 for _, rows in mixed), mixed  # one generating sequence, one plain row
+    else:
+        assert any(rows > 1 for _, rows in mixed), mixed
+    for r in results:
+        assert r.gen.tokens == sequential(MultiFakeEngine(chain_table(32), n_ctx=4096), r.job)
