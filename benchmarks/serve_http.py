@@ -78,6 +78,7 @@ class HttpSystem:
     env: dict | None = None
     cwd: str | None = None  # `python -m specgen` imports from its working directory first: a checkout's own root
     proc: subprocess.Popen | None = None
+    extra_body: dict | None = None  # added to every request (e.g. llama-server's cache_prompt)
 
     @property
     def url(self) -> str:
@@ -114,7 +115,7 @@ class HttpSystem:
 
     def complete(self, client, text: str, max_tokens: int) -> dict:
         body = {"prompt": text, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                "stream_options": {"include_usage": True}, "ignore_eos": True}
+                "stream_options": {"include_usage": True}, "ignore_eos": True, **(self.extra_body or {})}
         t0 = time.perf_counter()
         ttft = None
         usage, timings, spec, parts = {}, {}, {}, []
@@ -271,6 +272,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1,
                     help="at concurrency > 1: the set through every server this many times, alternating the "
                          "servers' order; throughput over all repeats (and per repeat)")
+    ap.add_argument("--no-prompt-cache", action="store_true",
+                    help="send llama-server \"cache_prompt\": false (its prompt cache otherwise reuses the KV of a "
+                         "prompt sent before: later --repeats run faster; specgen serve has no prompt cache)")
     ap.add_argument("--no-bench", action="store_true", help="skip the in-process runs")
     ap.add_argument("--rows", type=Path, default=None, help="write every per-request row here (JSONL)")
     a = ap.parse_args()
@@ -312,7 +316,8 @@ def main() -> None:
             servers.append(HttpSystem(f"llama[{t}]", [a.llama_server, "-m", model, *common, "-tb", str(a.threads),
                                                         "--port", str(port), "--spec-type", t, "--temp", "0",
                                                         "-n", str(a.max_tokens), "--no-webui", *a.llama_args.split()],
-                                      logdir / f"llama-{t}.log", port))
+                                      logdir / f"llama-{t}.log", port,
+                                      extra_body={"cache_prompt": False} if a.no_prompt_cache else None))
     import httpx
 
     # no keep-alive: a pooled connection the server closed while idle fails the next request
