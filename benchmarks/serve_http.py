@@ -11,8 +11,9 @@ token counts:
   * `serve[...]`: `specgen serve` over HTTP, the same drafting configuration;
   * `llama[TYPE]`: `llama-server --spec-type TYPE` (and `none`);
 - concurrency N (--concurrency 1,4): the whole set through each server by N
-  client threads at once, servers in alternating order; throughput = completion
-  tokens / wall time of the set.
+  client threads at once, servers in alternating order (--repeats R: R times,
+  the order alternating each time); throughput = completion tokens / wall
+  time of the set(s).
 
 Every request goes to /v1/completions with the same raw text (no chat
 template), greedy, streamed (SSE, httpx), the same max_tokens and ignore_eos,
@@ -75,7 +76,9 @@ class HttpSystem:
     log: Path
     port: int
     env: dict | None = None
+    cwd: str | None = None  # `python -m specgen` imports from its working directory first: a checkout's own root
     proc: subprocess.Popen | None = None
+    extra_body: dict | None = None  # added to every request (e.g. llama-server's cache_prompt)
 
     @property
     def url(self) -> str:
@@ -84,7 +87,7 @@ class HttpSystem:
     def start(self) -> None:
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
-                                         env=self.env)
+                                         env=self.env, cwd=self.cwd)
 
     def wait_ready(self, client) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -112,7 +115,7 @@ class HttpSystem:
 
     def complete(self, client, text: str, max_tokens: int) -> dict:
         body = {"prompt": text, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                "stream_options": {"include_usage": True}, "ignore_eos": True}
+                "stream_options": {"include_usage": True}, "ignore_eos": True, **(self.extra_body or {})}
         t0 = time.perf_counter()
         ttft = None
         usage, timings, spec, parts = {}, {}, {}, []
@@ -207,6 +210,19 @@ def level_one(systems, reqs, max_tokens: int, client) -> dict[str, list[dict]]:
     return rows
 
 
+def shared_steps(system, client) -> dict[str, float]:
+    """specgen serve's shared-step gate counters (/metrics): steps of several sequences
+    that could draft, and those kept plain; {} for other servers or without a gate."""
+    if not system.name.startswith("serve["):
+        return {}
+    out = {}
+    for line in client.get(system.url + "/metrics").text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("specgen_shared_steps_"):
+            out[name[len("specgen_"):-len("_total")]] = float(value)
+    return out
+
+
 def level_n(system: HttpSystem, reqs, max_tokens: int, n: int, client) -> tuple[list[dict], float]:
     with ThreadPoolExecutor(n) as pool:
         t0 = time.perf_counter()
@@ -253,6 +269,12 @@ def main() -> None:
                          "the last one is the one held against llama-server; CONFIG@DIR serves it from the specgen "
                          "checkout in DIR (e.g. the code before a change, side by side)")
     ap.add_argument("--llama-args", default="-kvu", help="extra llama-server flags (default: -kvu, one KV pool as specgen's)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="at concurrency > 1: the set through every server this many times, alternating the "
+                         "servers' order; throughput over all repeats (and per repeat)")
+    ap.add_argument("--no-prompt-cache", action="store_true",
+                    help="send llama-server \"cache_prompt\": false (its prompt cache otherwise reuses the KV of a "
+                         "prompt sent before: later --repeats run faster; specgen serve has no prompt cache)")
     ap.add_argument("--no-bench", action="store_true", help="skip the in-process runs")
     ap.add_argument("--rows", type=Path, default=None, help="write every per-request row here (JSONL)")
     a = ap.parse_args()
@@ -284,7 +306,8 @@ def main() -> None:
         servers.append(HttpSystem(name, [sys.executable, "-m", "specgen", "serve", "-m", model, *common,
                                          "--port", str(port), "--ignore-eos", "-n", str(a.max_tokens),
                                          *flags.split()], logdir / f"serve-{len(servers)}.log", port,
-                                  {**env, "PYTHONPATH": str(Path(root).resolve())} if at else env))
+                                  {**env, "PYTHONPATH": str(Path(root).resolve())} if at else env,
+                                  str(Path(root).resolve()) if at else env["PYTHONPATH"]))
         if not a.no_bench and not at:
             pairs.append((name, f"bench[{cfg}]"))
     if a.llama_server:
@@ -293,7 +316,8 @@ def main() -> None:
             servers.append(HttpSystem(f"llama[{t}]", [a.llama_server, "-m", model, *common, "-tb", str(a.threads),
                                                         "--port", str(port), "--spec-type", t, "--temp", "0",
                                                         "-n", str(a.max_tokens), "--no-webui", *a.llama_args.split()],
-                                      logdir / f"llama-{t}.log", port))
+                                      logdir / f"llama-{t}.log", port,
+                                      extra_body={"cache_prompt": False} if a.no_prompt_cache else None))
     import httpx
 
     # no keep-alive: a pooled connection the server closed while idle fails the next request
@@ -322,11 +346,23 @@ def main() -> None:
                 rows = level_one([*bench, *servers], reqs, a.max_tokens, client)
                 summaries = [summarize(name, 1, rs) for name, rs in rows.items()]
             else:
-                rows, summaries = {}, []
-                order = servers if len(all_rows) % 2 == 0 else servers[::-1]
-                for s in order:
-                    rows[s.name], wall = level_n(s, reqs, a.max_tokens, n, client)
-                    summaries.append(summarize(s.name, n, rows[s.name], wall))
+                rows = {s.name: [] for s in servers}
+                walls = {s.name: [] for s in servers}
+                before = {s.name: shared_steps(s, client) for s in servers}
+                for rep in range(a.repeats):  # the servers in alternating order, repeat by repeat
+                    order = servers if (len(all_rows) + rep) % 2 == 0 else servers[::-1]
+                    for s in order:
+                        rs, wall = level_n(s, reqs, a.max_tokens, n, client)
+                        rows[s.name] += [{**r, "repeat": rep} for r in rs]
+                        walls[s.name].append(wall)
+                summaries = []
+                for s in servers:
+                    sm = summarize(s.name, n, rows[s.name], sum(walls[s.name]))
+                    sm["throughput_by_repeat"] = [sum(r["tokens"] or 0 for r in rows[s.name] if r["repeat"] == i) / w
+                                                  for i, w in enumerate(walls[s.name])]
+                    after = shared_steps(s, client)  # this level's shared steps, drafting or kept plain
+                    sm.update({k: v - before[s.name].get(k, 0.0) for k, v in after.items()})
+                    summaries.append(sm)
             all_rows[n] = rows
             for sm in summaries:
                 print(json.dumps(sm), flush=True)

@@ -164,6 +164,15 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
                             model_prior=policy.DRAFT_MODEL_PRIOR if same_vocab else None)
 
 
+def make_gate(policy_name: str):
+    """The shared-step gate of a server whose requests use `policy_name`: the cost
+    policy's shared steps draft only while measured throughput says drafting
+    pays (specgen.stepgate); a fixed or heuristic k is drafted as asked."""
+    from specgen.stepgate import StepGate
+
+    return StepGate() if policy_name == "cost" else None
+
+
 def make_suffix_drafter(opts: ModelOptions):
     """The suffix-index drafter; its global index lives as long as the drafter
     (one process), and only with global_cache on."""

@@ -15,7 +15,10 @@ through `decoding.plan_step`, as in a single-sequence run: a draft model
 drafts all sequences together, step by step, in its own context, and the
 cost-aware policy sees the step it is planned into: it maximises the step's
 expected tokens per second, so drafting shrinks as the other rows saturate
-the machine.
+the machine. A `gate` (specgen.stepgate, with the cost policy) decides per
+step whether a step of several sequences drafts at all, from the measured
+throughput of such steps with and without drafts; steps that prefill a
+prompt beside them draft nothing.
 
 The engine must be opened with n_seq_max >= slots; kv_unified=True keeps a
 mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
@@ -145,6 +148,7 @@ class Server:
         drafter=None,
         new_policy: Callable[[], object] | None = None,
         ignore_eos: bool = False,
+        gate=None,
     ) -> None:
         if not 1 <= slots <= MAX_SLOTS:
             raise SpecgenError(f"concurrency must be in 1..{MAX_SLOTS} (got {slots})")
@@ -162,6 +166,7 @@ class Server:
         self.drafter = drafter if self.draft_max else None
         self.new_policy = new_policy or FixedK
         self.ignore_eos = ignore_eos
+        self.gate = gate if self.drafter is not None else None  # a StepGate: do shared steps draft at all?
         self.steps = 0  # decode_batch calls on the target
         self.step_log: list[tuple[int, int, int]] = []  # (sequences, verify rows, prefill rows) per step
         # the online queue (submit / cancel / step)
@@ -255,13 +260,20 @@ class Server:
         if not active:
             return finished_now
         generating = [a for a in active if not a.prefilling]
-        parts, owners = self._build_step(active, generating)
+        t0 = time.perf_counter()
+        before = sum(len(a.gen.tokens) for a in generating)
+        prefill = len(generating) < len(active)
+        drafts = self.gate.drafts(len(generating), prefill) if self.gate is not None else True
+        parts, owners = self._build_step(active, generating, drafts)
         views = self.target.decode_batch(parts) if parts else []
         self.steps += bool(parts)
         n_rows = sum(len(p[1]) for p in parts)
         for a in active:
             self._rows_seen[a.seq][n_rows] += 1
         finished = self._settle(generating, owners, views)
+        if self.gate is not None and all(kind == "verify" for _, kind in owners):  # prefill rows would skew its time
+            settled = sum(len(a.gen.tokens) for a in generating) - before
+            self.gate.observe(len(generating), drafts, settled, time.perf_counter() - t0)
         for a in list(active):
             lis = self._listeners[id(a.job)]
             new = a.gen.tokens[lis.sent :]
@@ -320,8 +332,9 @@ class Server:
         gen.begin()
         return _Active(job, seq, gen, t0, time.perf_counter(), need)
 
-    def _build_step(self, active: list[_Active], generating: list[_Active]):
-        """The step's parts: verify rows of generating sequences, then prefill chunks."""
+    def _build_step(self, active: list[_Active], generating: list[_Active], drafts: bool = True):
+        """The step's parts: verify rows of generating sequences (drafts: False plans
+        every one plain), then prefill chunks."""
         prefilling = [a for a in active if a.prefilling]
         budget = self.target.n_batch - len(generating) * (self.draft_max + 1)
         prefill_parts = []
@@ -335,7 +348,7 @@ class Server:
             prefill_parts.append((a, chunk, 1 if last else 0))
             budget -= len(chunk)
         prefill_rows = sum(len(c) for _, c, _ in prefill_parts)
-        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter, prefill_rows)):
+        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter if drafts else None, prefill_rows)):
             a.planned = rows
         parts, owners = [], []
         for a in generating:

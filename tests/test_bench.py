@@ -322,6 +322,7 @@ def test_sweep_policies_come_from_the_loader(monkeypatch, policy, shares):
     target = SimpleNamespace(n_batch=512)
     runner = B.SweepRunner(B.Setup(target, None, [B.PLAIN, cfg], {}), B.Settings(), [2])
     server = runner.server(cfg, 2)
+    assert (server.gate is not None) == (policy == "cost")  # the cost policy's shared steps are gated, as in serve
     assert len(profiles) == (1 if shares else 0)  # read before serving starts: measuring would use sequence 0
     a, b = server.new_policy(), server.new_policy()
     assert a is not b and type(a) is {"cost": P.CostAware, "heuristic": P.Heuristic, "fixed": P.FixedK}[policy]

@@ -261,7 +261,7 @@ def test_speculative_overrides():
 class Running:
     """The app served by uvicorn in a thread on a free loopback port."""
 
-    def __init__(self, gemma_path, *, parallel=4, queue=0) -> None:
+    def __init__(self, gemma_path, *, parallel=4, queue=0, adaptive="fixed") -> None:
         from specgen.chat import format_for
         from specgen.loader import ModelOptions
         from specgen.sampling import SamplingParams
@@ -270,7 +270,7 @@ class Running:
         from specgen.server.schema import Defaults
         from specgen.server.setup import open_serving
 
-        opts = ModelOptions(model=str(gemma_path), draft_max=4, ctx_size=2048, threads=2, adaptive="fixed")
+        opts = ModelOptions(model=str(gemma_path), draft_max=4, ctx_size=2048, threads=2, adaptive=adaptive)
         self.serving = open_serving(opts, parallel)
         self.engine = EngineLoop(self.serving.new_server, self.serving.target, parallel=parallel, queue_max=queue)
         defaults = Defaults(SamplingParams(), 64, self.serving.mode, self.serving.draft_max, self.serving.policy_name)
@@ -552,6 +552,28 @@ def test_api_key_is_required(srv):
 
 
 @pytest.mark.model
+def test_the_cost_policy_gates_shared_steps_counts_them_and_keeps_the_output(gemma_path, target):
+    """With the cost policy, steps of several sequences go through the shared-step
+    gate (drafting or kept plain, as measured); /metrics counts both, and every
+    output is still the target's greedy text (near-tie rule)."""
+    s = Running(gemma_path, adaptive="cost")
+    try:
+        assert s.engine.server.gate is not None
+        before = _metrics(s)
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(lambda p: _http(s, "POST", "/v1/completions", json={
+                "prompt": p, "max_tokens": 24, "temperature": 0, "return_tokens": True}).json(), PROMPTS))
+        after = _metrics(s)
+        names = ("specgen_shared_steps_drafting_total", "specgen_shared_steps_plain_total")
+        moved = [after[n] - before[n] for n in names]
+        assert sum(moved) >= 1 and moved == [sum(b[i] for b in s.engine.server.gate.steps) for i in (0, 1)]
+        for p, r in zip(PROMPTS, together):
+            _near(target, p, r["choices"][0]["tokens"], n=24)
+    finally:
+        s.close()
+
+
+@pytest.mark.model
 def test_metrics_counters_move(srv):
     before = _metrics(srv)
     r = _http(srv, "POST", "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
@@ -564,6 +586,7 @@ def test_metrics_counters_move(srv):
     assert after["specgen_request_latency_seconds_count"] == before["specgen_request_latency_seconds_count"] + 1
     assert after["specgen_time_to_first_token_seconds_count"] > before["specgen_time_to_first_token_seconds_count"]
     assert "specgen_queue_depth" in after and after["specgen_slots"] == 4
+    assert "specgen_shared_steps_plain_total" not in after  # a fixed k is drafted as asked: no gate
 
 
 @pytest.mark.model

@@ -128,6 +128,7 @@ def serve_record(level: int, config_name: str, requests: list[dict], wall: float
         "mean_rows_per_step": sum(rows) / len(rows) if rows else 0.0,
         "mean_sequences_per_step": sum(n for n, _, _ in server.step_log) / len(rows) if rows else 0.0,
         "k_hist": by_k(k_hist),
+        **({"shared_steps": server.gate.summary()} if getattr(server, "gate", None) is not None else {}),
         "requests": requests,
     }
 

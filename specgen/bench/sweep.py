@@ -18,7 +18,7 @@ from specgen.bench.records import serve_record
 from specgen.bench.runner import WARMUP_TOKENS, Prepared, Settings, Timing, run_order
 from specgen.drafters import PromptLookup
 from specgen.errors import SpecgenError
-from specgen.loader import make_policy
+from specgen.loader import make_gate, make_policy
 from specgen.serving import MAX_SLOTS, Job, Server, max_concurrency, need_tokens
 
 
@@ -84,7 +84,7 @@ class SweepRunner:
         elif config.kind == "suffix":  # a fresh global index (if on) per batch: no request sees its own earlier output
             drafter = suffix_drafter(config)
         return Server(setup.target, level, draft_max=k, drafter=drafter, new_policy=new_policy,
-                      ignore_eos=self.settings.ignore_eos)
+                      ignore_eos=self.settings.ignore_eos, gate=make_gate(config.policy))
 
     def serve_once(self, prepared: Sequence[Prepared], config: Config, level: int, max_tokens: int | None = None) -> dict:
         """The whole set at one level in one configuration; its "serve" record."""

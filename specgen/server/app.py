@@ -265,6 +265,13 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
             "specgen_slots": ("Slots (--parallel).", engine.parallel),
             "specgen_decode_steps_total": ("Decode steps of the scheduler (one batch each).", engine.server.steps),
         }
+        gate = getattr(engine.server, "gate", None)
+        if gate is not None:  # the shared-step gate (specgen.stepgate): steps of 2+ sequences, drafting or not
+            gauges["specgen_shared_steps_drafting_total"] = (
+                "Steps of several sequences in which the policies could draft.", sum(d for d, _ in gate.steps))
+            gauges["specgen_shared_steps_plain_total"] = (
+                "Steps of several sequences the gate kept plain (drafting measured slower there).",
+                sum(p for _, p in gate.steps))
         return PlainTextResponse(metrics.render(gauges), media_type="text/plain; version=0.0.4")
 
     return app

@@ -42,7 +42,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
     from dataclasses import replace
 
     from specgen.drafters import PromptLookup
-    from specgen.loader import make_policy, open_models
+    from specgen.loader import make_gate, make_policy, open_models
     from specgen.serving import MAX_SLOTS, Server
 
     if not 1 <= parallel <= MAX_SLOTS:
@@ -67,7 +67,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
         if loaded.mode == "lookup":
             drafter = PromptLookup(opts.ngram_max, opts.lookup_ngram_min())  # fresh indexes for a fresh server
         return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos,
-                      new_policy=lambda: make_policy(loaded.policy_name, k, target, loaded.draft_engine, shared=shared))
+                      gate=make_gate(loaded.policy_name), new_policy=lambda: make_policy(loaded.policy_name, k, target, loaded.draft_engine, shared=shared))
 
     owned = [e for e in (loaded.draft_engine, target) if e is not None]
     return Serving(target, loaded.mode, k, loaded.policy_name, _model_id(loaded.target_path), parallel, new_server,
