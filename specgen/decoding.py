@@ -257,7 +257,7 @@ class Generation:
             return
         self.policy.update(draft.key, 0, 0, None, draft)  # learns the cost of a bulk feed
         self.stats.draft_fed += draft.fed
-        self.stats.draft_prefill_s += draft.fed_s
+        self.stats.draft_prefill_s += draft.fed_s + (draft.extra_s or 0.0)  # a translated draft's re-tokenizing too
 
     @property
     def done(self) -> bool:

@@ -327,8 +327,8 @@ class CostAware(Policy):
         if k and situation.lag > 2:
             # a catch-up must pay back within the rounds the estimate rests on (a
             # probe's within its own round): faded evidence promises few rounds.
-            # Before any evidence (a first catch-up: a translated draft reads the
-            # prompt here) the prior speaks for the whole generation.
+            # Before any evidence (a first catch-up: a prompt the draft did not
+            # prefill) the prior speaks for the whole generation.
             left = situation.remaining
             if probe or acc.reached:
                 rounds = 1.0 if probe else acc.reached[0] + acc.strength

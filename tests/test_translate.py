@@ -271,3 +271,40 @@ def test_a_context_without_text_gets_no_draft_beside_one_with_text():
     empty, full = drafter.propose([Want(0, target.tokenize(""), 3), Want(1, a, 3)])
     assert empty.tokens == [] and empty.steps == 0
     assert len(full.tokens) == 3 and full.step_s + full.fed_s > 0
+
+
+def test_prefill_reads_the_prompt_before_the_first_round():
+    """A translated draft reads the prompt's text with the target's prompt (its own
+    tokens, one batched feed), so its first drafting round feeds only what is new;
+    the prefill's cost is reported apart from draft steps."""
+    target, draft = engines()
+    prompt = target.tokenize(CYCLE + CYCLE + "Hello")
+    plain, _ = run(target, None, prompt, 0, n=24)
+    target.kv.clear()
+    drafter = TranslatedDraftModel(target, draft)
+    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=24, ignore_eos=True)
+    seen = []
+    inner = drafter.propose
+
+    def spy(wants):
+        out = inner(wants)
+        seen.extend(out)
+        return out
+
+    drafter.propose = spy
+    it = iter(gen)
+    next(it)  # round 1: the target's prompt and the draft's, before the first token
+    s = drafter._streams[0]
+    assert draft.kv_tokens(0) == s.draft_context() and joined(draft, s.draft) == joined(target, prompt)
+    assert len(draft.batches) == 1 and len(draft.batches[0][0][2]) == len(s.draft_context()) > 8
+    n_read = len(s.draft_context())
+    assert gen.stats.draft_fed == n_read and gen.stats.draft_prefill_s > 0
+    assert not seen and drafter.lag(0, gen.context) == 1
+    rest = list(it)
+    assert gen.tokens == plain.tokens
+    first = next(d for d in seen if d.tokens)
+    # the first drafting round feeds the new token in its first step: no catch-up, no prompt re-read
+    assert first.fed == 0 and first.fed_s == 0 and first.steps >= 1
+    (seq, start, toks, _), = draft.batches[1]
+    assert start == n_read and len(toks) <= 2
+    assert sum(r.drafted for r in rest) > 0
