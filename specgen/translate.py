@@ -324,13 +324,17 @@ class TranslatedDraftModel:
         return d
 
     def lag(self, seq: int, context: Sequence[int]) -> int:
-        """Target tokens of `context` beyond what the draft's cache has seen (its stream
-        and its last proposal), a proxy for the draft tokens to feed."""
+        """Target tokens of `context` beyond what the draft's stream has seen (its text
+        and its last proposal), a proxy for the draft tokens to feed, plus the
+        draft tokens of its stream that its cache no longer holds (a cache
+        truncated or reused since)."""
         s = self._streams.get(seq)
         if s is None:
             return len(context)
         seen = s.target + self._proposed.get(seq, [])
-        return len(context) - min(common_prefix(seen, context), len(context))
+        ctx = s.draft_context()
+        missing = len(ctx) - common_prefix(self.engine.kv_tokens(seq), ctx)
+        return len(context) - min(common_prefix(seen, context), len(context)) + missing
 
     def propose(self, wants: Sequence[Want]) -> list[Draft]:
         """Each want's context into the draft's stream, k draft tokens drafted greedily

@@ -308,3 +308,20 @@ def test_prefill_reads_the_prompt_before_the_first_round():
     (seq, start, toks, _), = draft.batches[1]
     assert start == n_read and len(toks) <= 2
     assert sum(r.drafted for r in rest) > 0
+
+
+def test_lag_counts_what_the_drafts_cache_lost():
+    """A stream that still knows the prompt does not mean the draft's cache does:
+    after the cache is emptied, the same prompt is read again in the prefill."""
+    target, draft = engines()
+    prompt = target.tokenize(CYCLE + CYCLE + "Hello")
+    drafter = TranslatedDraftModel(target, draft)
+    list(Generation(target, prompt, drafter, draft_max=4, max_tokens=8, ignore_eos=True))
+    assert drafter.lag(0, prompt) == 0  # the cache holds the prompt's text
+    target.kv.clear()
+    draft.kv.clear()
+    assert drafter.lag(0, prompt) >= len(prompt)
+    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=8, ignore_eos=True)
+    next(iter(gen))
+    read = drafter._streams[0].draft_context()
+    assert gen.stats.draft_fed == len(read) > 8 and draft.kv_tokens(0) == read
