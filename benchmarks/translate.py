@@ -62,6 +62,16 @@ def run_one(loaded, prompt, n, params, trace=None, label=""):
     if loaded.draft_engine is not None:
         loaded.draft_engine.truncate(0, 0)
     policy = loaded.new_policy()
+    choice = {}
+    if hasattr(policy, "choose_offer"):
+        inner = policy.choose_offer
+
+        def spy(key, offered, limit, situation=None):
+            out = inner(key, offered, limit, situation) if situation is not None else inner(key, offered, limit)
+            choice.update(key=key, offered=offered, lag=getattr(situation, "lag", 0), take=out[1])
+            return out
+
+        policy.choose_offer = spy
     gen = Generation(target, prompt, loaded.drafter, draft_max=loaded.draft_max, max_tokens=n, params=params,
                      ignore_eos=True, policy=policy)
     proposals, translate_s = (tr.proposals, tr.translate_s) if tr else (0, 0.0)
@@ -78,10 +88,11 @@ def run_one(loaded, prompt, n, params, trace=None, label=""):
                                     "model": by_model, "draft_s": r.draft_s, "verify_s": r.verify_s,
                                     "translate_s": (tr.translate_s - translate_s) if by_model else 0.0,
                                     "estimate_s": guess.get(r.drafted) if by_model else None,
-                                    "round_scale": getattr(policy, "round_scale", None)}) + "\n")
+                                    "round_scale": getattr(policy, "round_scale", None), **choice}) + "\n")
         if tr:
             proposals, translate_s = tr.proposals, tr.translate_s
         guess = {k: estimate(policy, k) for k in range(1, loaded.draft_max + 1)}
+        choice.clear()
     st = gen.stats
     return {
         "tokens": gen.tokens,

@@ -201,7 +201,9 @@ class Generation:
         if self.drafter is not None and not params.greedy:
             from specgen.costs import pick_cost
 
-            self.policy.sampling(pick_cost(target.n_vocab, params), draft_picks=not self.drafter.free)
+            # a translated draft proposes its argmax (a point mass): no sampled pick per drafted token
+            draft_picks = not self.drafter.free and not getattr(self.drafter, "translated", False)
+            self.policy.sampling(pick_cost(target.n_vocab, params), draft_picks=draft_picks)
         self.tokens: list[int] = []
         self.stats = Stats(prompt_tokens=len(prompt))
         self.rng = np.random.default_rng(params.seed)

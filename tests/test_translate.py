@@ -325,3 +325,21 @@ def test_lag_counts_what_the_drafts_cache_lost():
     next(iter(gen))
     read = drafter._streams[0].draft_context()
     assert gen.stats.draft_fed == len(read) > 8 and draft.kv_tokens(0) == read
+
+
+def test_sampled_translated_drafts_cost_no_sampled_pick():
+    """A translated draft proposes its argmax whatever the sampling: a cost policy
+    charges the target's sampled picks, not one per drafted token."""
+    from specgen.drafters import DraftModel
+    from specgen.policy import CostAware
+
+    target, draft = engines()
+    prompt = target.tokenize(CYCLE + "Hello")
+    hot = SamplingParams(temperature=0.8, seed=1)
+    picks = {}
+    for name, drafter in (("translated", TranslatedDraftModel(target, draft)),
+                          ("same vocabulary", DraftModel(target, target.n_vocab, target.n_vocab))):
+        policy = CostAware(4, [0.0] + [0.01] * 8, 0.002)
+        Generation(target, prompt, drafter, draft_max=4, params=hot, policy=policy)
+        picks[name] = (policy.pick_s > 0, policy.draft_picks)
+    assert picks == {"translated": (True, False), "same vocabulary": (True, True)}
