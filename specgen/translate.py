@@ -326,13 +326,14 @@ class TranslatedDraftModel:
     def lag(self, seq: int, context: Sequence[int]) -> int:
         """Target tokens of `context` beyond what the draft's stream has seen (its text
         and its last proposal), a proxy for the draft tokens to feed, plus the
-        draft tokens of its stream that its cache no longer holds (a cache
-        truncated or reused since)."""
+        draft tokens of its stream of the text `context` shares that its cache
+        no longer holds (a cache truncated or reused since)."""
         s = self._streams.get(seq)
         if s is None:
             return len(context)
         seen = s.target + self._proposed.get(seq, [])
-        ctx = s.draft_context()
+        n = common_prefix(s.target, context)  # the stream's draft tokens of that text are of use
+        ctx = s.fixed + s.draft[: _count_le(s.draft_ends, s.target_ends[n - 1] if n else 0)]
         missing = len(ctx) - common_prefix(self.engine.kv_tokens(seq), ctx)
         return len(context) - min(common_prefix(seen, context), len(context)) + missing
 

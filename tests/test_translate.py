@@ -325,6 +325,10 @@ def test_lag_counts_what_the_drafts_cache_lost():
     next(iter(gen))
     read = drafter._streams[0].draft_context()
     assert gen.stats.draft_fed == len(read) > 8 and draft.kv_tokens(0) == read
+    # another prompt on an emptied cache: only its own text is to read, not the last one's too
+    draft.kv.clear()
+    other = target.tokenize("the cat sat on the mat\n")
+    assert len(other) - 1 <= drafter.lag(0, other) <= len(other)
 
 
 def test_sampled_translated_drafts_cost_no_sampled_pick():
