@@ -1,17 +1,29 @@
 """Drafting through text: Gemma 3 270M target, SmolLM2 135M draft (another vocabulary).
 
-One bundled request per category (the first of each), greedy: plain decoding,
-a translated draft with fixed k, and the default cost policy. Per request:
-acceptance, tokens/s, the share of a round spent translating (re-tokenizing
-the accepted text for the draft, re-encoding its proposal for the target),
-and speed vs plain. Runs are interleaved per request; medians over repeats.
+Bundled requests (the first N of each category), greedy or sampled, through
+four configurations, each built by the loader exactly as `specgen run` builds
+it (`specgen.loader.open_models`):
 
-    python benchmarks/translate.py [--n 48] [--k 4] [--repeats 1] [--f32] [--threads 2]
+- plain      `specgen run --no-spec`
+- k=K        `specgen run -d smollm2-135m -k K` (fixed k, the model alone)
+- alone      `specgen run -d smollm2-135m --no-lookup` (cost policy, the model alone)
+- default    `specgen run -d smollm2-135m` (cost policy, prompt lookup alongside)
+
+Per request and configuration: acceptance, tokens per round, tokens/s and
+speed vs plain (medians over repeats, the order reversing each repeat), the
+translation time per model-drafted round and its share of that round's time
+(draft + verify), and the draft lengths chosen. --trace FILE writes one JSON
+line per round (k, whether the model drafted, its costs, what the policy
+estimated for that round before it ran).
+
+    python benchmarks/translate.py [--n 48] [--k 4] [--repeats 1] [--per-category 1]
+                                   [--temp 0.8 --seed 1] [--f32] [--threads 2] [--trace FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -19,88 +31,160 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]  # this checkout's specgen, never an installed copy
 
+DRAFT = "smollm2-135m"
 
-def run_one(target, draft, prompt, n, k, policy):
+
+def configs(k: int) -> list[tuple[str, dict]]:
+    return [("plain", dict(no_spec=True)), (f"k={k}", dict(draft=DRAFT, draft_max=k)),
+            ("alone", dict(draft=DRAFT, lookup=False)), ("default", dict(draft=DRAFT))]
+
+
+def translator(drafter):
+    """The TranslatedDraftModel inside a drafter (alone or with lookup alongside), or None."""
+    inner = getattr(drafter, "model", drafter)
+    return inner if getattr(inner, "translated", False) else None
+
+
+def estimate(policy, k: int) -> float | None:
+    """What a cost policy expects a round of k model drafts to take (verify + k steps, scaled)."""
+    if not k or not hasattr(policy, "verify_s"):
+        return None
+    from specgen.policy import verify_cost
+
+    return (verify_cost(policy.verify_s, k + 1) + k * policy.draft_step_s) * policy.round_scale
+
+
+def run_one(loaded, prompt, n, params, trace=None, label=""):
     from specgen.decoding import Generation
-    from specgen.loader import make_policy
-    from specgen.translate import TranslatedDraftModel
 
+    target, tr = loaded.target, translator(loaded.drafter)
     target.truncate(0, 0)
-    draft.truncate(0, 0)
-    drafter = TranslatedDraftModel(target, draft) if k else None
-    pol = make_policy(policy, k, target, draft) if k else None
-    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=pol)
-    for _ in gen:
-        pass
+    if loaded.draft_engine is not None:
+        loaded.draft_engine.truncate(0, 0)
+    policy = loaded.new_policy()
+    choice = {}
+    if hasattr(policy, "choose_offer"):
+        inner = policy.choose_offer
+
+        def spy(key, offered, limit, situation=None):
+            out = inner(key, offered, limit, situation) if situation is not None else inner(key, offered, limit)
+            choice.update(key=key, offered=offered, lag=getattr(situation, "lag", 0), take=out[1])
+            return out
+
+        policy.choose_offer = spy
+    gen = Generation(target, prompt, loaded.drafter, draft_max=loaded.draft_max, max_tokens=n, params=params,
+                     ignore_eos=True, policy=policy)
+    proposals, translate_s = (tr.proposals, tr.translate_s) if tr else (0, 0.0)
+    model_rounds, model_round_s, model_translate_s = 0, 0.0, 0.0
+    guess = {}  # k -> the policy's estimate of a model round, as it stood before this round
+    for i, r in enumerate(gen):
+        by_model = bool(tr and tr.proposals > proposals)
+        if by_model:
+            model_rounds += 1
+            model_round_s += r.draft_s + r.verify_s
+            model_translate_s += tr.translate_s - translate_s
+        if trace is not None and i:
+            trace.write(json.dumps({"run": label, "round": i, "k": r.drafted, "accepted": r.accepted,
+                                    "model": by_model, "draft_s": r.draft_s, "verify_s": r.verify_s,
+                                    "translate_s": (tr.translate_s - translate_s) if by_model else 0.0,
+                                    "estimate_s": guess.get(r.drafted) if by_model else None,
+                                    "round_scale": getattr(policy, "round_scale", None), **choice}) + "\n")
+        if tr:
+            proposals, translate_s = tr.proposals, tr.translate_s
+        guess = {k: estimate(policy, k) for k in range(1, loaded.draft_max + 1)}
+        choice.clear()
     st = gen.stats
-    drafting_rounds = sum(c for kk, c in st.k_chosen.items() if kk > 0)
-    round_s = st.decode_s / max(st.rounds - 1, 1)
-    tr_round = drafter.translate_s / drafter.proposals if drafter and drafter.proposals else 0.0
     return {
         "tokens": gen.tokens,
         "tps": st.tokens_per_s,
         "acc": st.acceptance_rate,
         "mal": st.mean_accepted_len,
-        "drafting_rounds": drafting_rounds,
-        "rounds": st.rounds,
         "k_hist": st.k_hist,
-        "translate_round_ms": tr_round * 1e3,
-        "translate_share": tr_round / round_s if round_s else 0.0,
+        "model_rounds": model_rounds,
+        "translate_ms": 1e3 * model_translate_s / model_rounds if model_rounds else 0.0,
+        "translate_share": model_translate_s / model_round_s if model_round_s else 0.0,
+        "prefill_ms": 1e3 * st.prefill_s,
+        "draft_prefill_ms": 1e3 * st.draft_prefill_s,
     }
+
+
+def requests(per_category: int, want: set[str]):
+    from specgen.bench import load_requests
+
+    out, count = [], {}
+    for r in load_requests(None):
+        if (not want or r.category in want) and count.get(r.category, 0) < per_category:
+            count[r.category] = count.get(r.category, 0) + 1
+            out.append(r)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=48)
-    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--n", type=int, default=48, help="tokens generated per request")
+    ap.add_argument("--k", type=int, default=4, help="the fixed-k configuration's draft length")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--per-category", type=int, default=1, help="bundled requests per category")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--temp", type=float, default=0.0, help="sampling temperature (0: greedy)")
+    ap.add_argument("--seed", type=int, default=1, help="sampling seed (each run of a request starts from it)")
     ap.add_argument("--f32", action="store_true", help="an all-F32 copy of the target (drafting is cheaper beside it)")
     ap.add_argument("--categories", default="", help="comma-separated categories (default: all)")
+    ap.add_argument("--trace", type=Path, help="write one JSON line per round here")
     args = ap.parse_args()
 
-    from specgen.bench import load_requests
-    from specgen.engine import Engine
+    from specgen.bench.requests import request_tokens
+    from specgen.loader import ModelOptions, open_models
     from specgen.registry import cache_dir, resolve_model
+    from specgen.sampling import SamplingParams
 
     tpath = resolve_model(None)
     if args.f32:
         from conftest import make_f32_target
 
         tpath = make_f32_target(tpath, cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf")
-    dpath = resolve_model("smollm2-135m")
-    want = {c for c in args.categories.split(",") if c}
-    reqs, seen = [], set()
-    for r in load_requests(None):
-        if r.prompt and r.category not in seen and (not want or r.category in want):
-            seen.add(r.category)
-            reqs.append(r)
-
-    configs = [("plain", 0, "fixed"), (f"k={args.k}", args.k, "fixed"), ("cost", 8, "cost")]
-    print(f"target {tpath.name}, draft {dpath.name}, greedy, n={args.n}, threads={args.threads}, repeats={args.repeats}")
-    print(f"{'category':<13} {'config':<6} {'tok/s':>7} {'vs plain':>8} {'accept':>6} {'tok/round':>9} "
-          f"{'translate ms/round':>18} {'share':>6}  k histogram")
-    totals = {name: [] for name, _, _ in configs}
-    with Engine(tpath, n_ctx=2048, n_threads=args.threads) as target, \
-            Engine(dpath, n_ctx=2048, n_threads=args.threads) as draft:
-        for r in reqs:
-            prompt = target.tokenize(r.prompt)
-            res = {name: [] for name, _, _ in configs}
-            for _ in range(args.repeats):
-                for name, k, policy in configs:
-                    res[name].append(run_one(target, draft, prompt, args.n, k, policy))
-            plain_tps = statistics.median(x["tps"] for x in res["plain"])
-            for name, _, _ in configs:
+    params = SamplingParams(args.temp, seed=args.seed)
+    reqs = requests(args.per_category, {c for c in args.categories.split(",") if c})
+    cfgs = configs(args.k)
+    loaded = {name: open_models(ModelOptions(model=str(tpath), threads=args.threads, **kw)) for name, kw in cfgs}
+    trace = args.trace.open("w") if args.trace else None
+    mode = "greedy" if params.greedy else f"sampled (temp {args.temp}, seed {args.seed})"
+    print(f"target {tpath.name}, draft {DRAFT}, {mode}, n={args.n}, threads={args.threads}, repeats={args.repeats}")
+    print(f"{'request':<22} {'config':<8} {'tok/s':>7} {'vs plain':>8} {'accept':>6} {'tok/round':>9} "
+          f"{'transl ms':>9} {'share':>6}  k histogram")
+    ratios = {name: {} for name, _ in cfgs[1:]}
+    try:
+        first = request_tokens(loaded["plain"].target, reqs[0])
+        for name, _ in cfgs:  # warm-up
+            run_one(loaded[name], first, 8, params)
+        for i, r in enumerate(reqs):
+            prompt = request_tokens(loaded["plain"].target, r)
+            res = {name: [] for name, _ in cfgs}
+            for rep in range(args.repeats):
+                order = cfgs if (i + rep) % 2 == 0 else cfgs[::-1]
+                for name, _ in order:
+                    res[name].append(run_one(loaded[name], prompt, args.n, params, trace, f"{r.id}/{name}/{rep}"))
+            plain = statistics.median(x["tps"] for x in res["plain"])
+            for name, _ in cfgs:
                 runs = res[name]
                 tps = statistics.median(x["tps"] for x in runs)
-                totals[name].append(tps / plain_tps)
-                x = runs[len(runs) // 2]
-                same = "" if x["tokens"] == res["plain"][0]["tokens"] else "  (output differs: near-tie?)"
-                print(f"{r.category:<13} {name:<6} {tps:7.1f} {tps / plain_tps:7.2f}x {x['acc']:6.2f} {x['mal']:9.2f} "
-                      f"{x['translate_round_ms']:18.2f} {x['translate_share']:6.1%}  {x['k_hist']}{same}", flush=True)
-    for name, _, _ in configs[1:]:
-        v = totals[name]
-        print(f"{name}: speed vs plain median {statistics.median(v):.2f}x, min {min(v):.2f}x, max {max(v):.2f}x")
+                if name != "plain":
+                    ratios[name].setdefault(r.category, []).append(tps / plain)
+                x = sorted(runs, key=lambda y: y["tps"])[len(runs) // 2]
+                same = "" if not params.greedy or x["tokens"] == res["plain"][0]["tokens"] else "  (output differs: near-tie?)"
+                print(f"{r.id:<22} {name:<8} {tps:7.1f} {tps / plain:7.2f}x {x['acc']:6.2f} {x['mal']:9.2f} "
+                      f"{x['translate_ms']:9.2f} {x['translate_share']:6.1%}  {x['k_hist']}{same}", flush=True)
+    finally:
+        if trace:
+            trace.close()
+        for lo in loaded.values():
+            lo.close()
+    print("speed vs plain, per category (mean over its requests):")
+    cats = list(dict.fromkeys(r.category for r in reqs))
+    print(f"{'config':<8} " + " ".join(f"{c:>12}" for c in cats) + f" {'min':>6}")
+    for name, per in ratios.items():
+        means = [statistics.mean(per[c]) for c in cats]
+        print(f"{name:<8} " + " ".join(f"{m:11.2f}x" for m in means) + f" {min(means):5.2f}x")
 
 
 if __name__ == "__main__":

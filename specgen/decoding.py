@@ -201,7 +201,9 @@ class Generation:
         if self.drafter is not None and not params.greedy:
             from specgen.costs import pick_cost
 
-            self.policy.sampling(pick_cost(target.n_vocab, params), draft_picks=not self.drafter.free)
+            # a translated draft proposes its argmax (a point mass): no sampled pick per drafted token
+            draft_picks = not self.drafter.free and not getattr(self.drafter, "translated", False)
+            self.policy.sampling(pick_cost(target.n_vocab, params), draft_picks=draft_picks)
         self.tokens: list[int] = []
         self.stats = Stats(prompt_tokens=len(prompt))
         self.rng = np.random.default_rng(params.seed)
@@ -257,7 +259,7 @@ class Generation:
             return
         self.policy.update(draft.key, 0, 0, None, draft)  # learns the cost of a bulk feed
         self.stats.draft_fed += draft.fed
-        self.stats.draft_prefill_s += draft.fed_s
+        self.stats.draft_prefill_s += draft.fed_s + (draft.extra_s or 0.0)  # a translated draft's re-tokenizing too
 
     @property
     def done(self) -> bool:

@@ -244,6 +244,13 @@ def _best(rates: Sequence[float]) -> int:
     return max(range(len(rates)), key=rates.__getitem__)
 
 
+def _shortest_over_plain(rates: Sequence[float], k: int) -> int:
+    """A probe's draft length: the shortest n <= k whose rate beats a plain step
+    (rates[k] must). It tests the first positions, where the evidence is, and a
+    long draft costs most when the draw was wrong."""
+    return next(n for n in range(1, k + 1) if rates[n] > rates[0])
+
+
 class CostAware(Policy):
     """Choose k to maximise expected tokens per second, k = 0 (a plain step) included.
 
@@ -346,12 +353,12 @@ class CostAware(Policy):
         k = _best(rates)
         probe = bool(k and z) and _best(self.rates(acc.rates(limit), situation)) == 0
         if probe:
-            k = next(n for n in range(1, k + 1) if rates[n] > rates[0])  # the shortest the draw favours
+            k = _shortest_over_plain(rates, k)  # the shortest the draw favours
         if k and situation.lag > 2:
             # a catch-up must pay back within the rounds the estimate rests on (a
             # probe's within its own round): faded evidence promises few rounds.
-            # Before any evidence (a first catch-up: a translated draft reads the
-            # prompt here) the prior speaks for the whole generation.
+            # Before any evidence (a first catch-up: a prompt the draft did not
+            # prefill) the prior speaks for the whole generation.
             left = situation.remaining
             if probe or acc.reached:
                 rounds = 1.0 if probe else acc.reached[0] + acc.strength
@@ -364,8 +371,10 @@ class CostAware(Policy):
 
     def choose_offer(self, key: int, offered: int, limit: int, situation: Situation = ALONE) -> tuple[int, bool]:
         """The offer or the model, whichever promises more tokens per second
-        under its own upward draw: the offer's drafts cost no draft steps, the
-        model's cost its steps and, when its cache lags, the bulk feed first."""
+        under the round's upward draw: the offer's drafts cost no draft steps, the
+        model's cost its steps and, when its cache lags, the bulk feed first.
+        An option whose estimates favour a plain step, drafting only by its
+        draw, is probed as in `choose`: at the shortest k its draw favours."""
         limit, offered = min(limit, self.k_max), min(offered, self.k_max)
         if offered <= 0 or (limit > 0 and situation.lag <= 2 and not self._acc(MODEL_KEY).reached):
             # no offer, or the model has not drafted yet and its cache is in
@@ -384,9 +393,14 @@ class CostAware(Policy):
         take = [step_rate(offer.rates(offered, z=z), k, self.verify_s, 0.0, situation, self.pick_s)
                 for k in range(offered + 1)]
         k_take = _best(take)
+        if k_take and z and _best([step_rate(offer.rates(offered), n, self.verify_s, 0.0, situation, self.pick_s)
+                                   for n in range(offered + 1)]) == 0:
+            k_take = _shortest_over_plain(take, k_take)  # a probe of the offer, as in `choose`
         alphas = model.rates(limit, z=z)
         rates = self.rates(alphas, situation)
         k = 1 + _best(rates[1:])
+        if rates[k] > rates[0] and z and _best(self.rates(model.rates(limit), situation)) == 0:
+            k = _shortest_over_plain(rates, k)  # a probe of the model
         # this round pays the model's catch-up, if its cache lags
         rate = 1.0 / (1.0 / rates[k] + self.catch_up_s(situation.lag) / expected_tokens(alphas[:k]))
         if rate > take[k_take] and (situation.lag <= 2 or

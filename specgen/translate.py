@@ -275,7 +275,8 @@ class TranslatedDraftModel:
     """A draft model whose vocabulary differs from the target's: drafts through text.
 
     Same interface as DraftModel (one or many sequences, drafted together in
-    the draft's own context). Each proposal says what it cost: `steps`/`step_s`
+    the draft's own context; `prefill` reads a prompt before the first token).
+    Each proposal says what it cost: `steps`/`step_s`
     the draft's passes, `fed`/`fed_s` a bulk catch-up of its cache, `extra_s`
     the time spent turning text into tokens both ways.
     """
@@ -308,14 +309,33 @@ class TranslatedDraftModel:
     def begin(self, seq: int = 0) -> None:
         """Nothing to do: the next proposal keeps whatever still agrees."""
 
+    def prefill(self, seq: int, context: Sequence[int]) -> Draft:
+        """Read the context's text now, as the draft's own tokens in one batched feed
+        (with the target's prompt, before the first token), so the first drafting
+        round feeds only what is new. Its cost is reported apart from draft steps:
+        the feed in `fed`/`fed_s`, the prompt's re-tokenizing in `extra_s`."""
+        t = time.perf_counter()
+        s = self._stream(seq)
+        s.update(self.target_vocab, self.engine, context)
+        ctx = s.draft_context()
+        dt = time.perf_counter() - t
+        d = self.inner.prefill(seq, ctx) if ctx else Draft()
+        d.extra_s = dt
+        return d
+
     def lag(self, seq: int, context: Sequence[int]) -> int:
-        """Target tokens of `context` beyond what the draft's cache has seen (its stream
-        and its last proposal), a proxy for the draft tokens to feed."""
+        """Target tokens of `context` beyond what the draft's stream has seen (its text
+        and its last proposal), a proxy for the draft tokens to feed, plus the
+        draft tokens of its stream of the text `context` shares that its cache
+        no longer holds (a cache truncated or reused since)."""
         s = self._streams.get(seq)
         if s is None:
             return len(context)
         seen = s.target + self._proposed.get(seq, [])
-        return len(context) - min(common_prefix(seen, context), len(context))
+        n = common_prefix(s.target, context)  # the stream's draft tokens of that text are of use
+        ctx = s.fixed + s.draft[: _count_le(s.draft_ends, s.target_ends[n - 1] if n else 0)]
+        missing = len(ctx) - common_prefix(self.engine.kv_tokens(seq), ctx)
+        return len(context) - min(common_prefix(seen, context), len(context)) + missing
 
     def propose(self, wants: Sequence[Want]) -> list[Draft]:
         """Each want's context into the draft's stream, k draft tokens drafted greedily

@@ -414,3 +414,16 @@ def test_a_first_catch_up_is_paid_back_over_the_generation_a_faded_one_is_not():
     faded._acc(0).accepted[:] = [0.3] * 8
     assert faded.choose(0, 8, Situation(lag=150, remaining=200)) == 0
     assert faded.choose(0, 8, Situation(lag=2, remaining=200)) > 0  # no catch-up: it drafts
+
+
+def test_a_probe_of_an_offer_or_of_the_model_is_short():
+    """With prompt lookup alongside a model, as with either alone: where the
+    estimates favour plain steps, a draw that favours drafting tries the
+    shortest draft it favours, whichever option it drafts with."""
+    p = CostAware(16, CPU, 0.004, idle_decay=1.0, seed=3)
+    teach(p, 1, 4, 0, 3)  # lookup's 1-gram matches: rejected at the first position
+    teach(p, 0, 4, 0, 3)  # and the model's drafts
+    picks = [p.choose_offer(1, 16, 8, Situation(lag=1)) for _ in range(400)]
+    ks = [k for k, _ in picks]
+    assert ks.count(0) >= 200 and max(ks) <= 2, sorted(set(ks))
+    assert any(k and take for k, take in picks) and any(k and not take for k, take in picks)

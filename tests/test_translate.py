@@ -271,3 +271,79 @@ def test_a_context_without_text_gets_no_draft_beside_one_with_text():
     empty, full = drafter.propose([Want(0, target.tokenize(""), 3), Want(1, a, 3)])
     assert empty.tokens == [] and empty.steps == 0
     assert len(full.tokens) == 3 and full.step_s + full.fed_s > 0
+
+
+def test_prefill_reads_the_prompt_before_the_first_round():
+    """A translated draft reads the prompt's text with the target's prompt (its own
+    tokens, one batched feed), so its first drafting round feeds only what is new;
+    the prefill's cost is reported apart from draft steps."""
+    target, draft = engines()
+    prompt = target.tokenize(CYCLE + CYCLE + "Hello")
+    plain, _ = run(target, None, prompt, 0, n=24)
+    target.kv.clear()
+    drafter = TranslatedDraftModel(target, draft)
+    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=24, ignore_eos=True)
+    seen = []
+    inner = drafter.propose
+
+    def spy(wants):
+        out = inner(wants)
+        seen.extend(out)
+        return out
+
+    drafter.propose = spy
+    it = iter(gen)
+    next(it)  # round 1: the target's prompt and the draft's, before the first token
+    s = drafter._streams[0]
+    assert draft.kv_tokens(0) == s.draft_context() and joined(draft, s.draft) == joined(target, prompt)
+    assert len(draft.batches) == 1 and len(draft.batches[0][0][2]) == len(s.draft_context()) > 8
+    n_read = len(s.draft_context())
+    assert gen.stats.draft_fed == n_read and gen.stats.draft_prefill_s > 0
+    assert not seen and drafter.lag(0, gen.context) == 1
+    rest = list(it)
+    assert gen.tokens == plain.tokens
+    first = next(d for d in seen if d.tokens)
+    # the first drafting round feeds the new token in its first step: no catch-up, no prompt re-read
+    assert first.fed == 0 and first.fed_s == 0 and first.steps >= 1
+    (seq, start, toks, _), = draft.batches[1]
+    assert start == n_read and len(toks) <= 2
+    assert sum(r.drafted for r in rest) > 0
+
+
+def test_lag_counts_what_the_drafts_cache_lost():
+    """A stream that still knows the prompt does not mean the draft's cache does:
+    after the cache is emptied, the same prompt is read again in the prefill."""
+    target, draft = engines()
+    prompt = target.tokenize(CYCLE + CYCLE + "Hello")
+    drafter = TranslatedDraftModel(target, draft)
+    list(Generation(target, prompt, drafter, draft_max=4, max_tokens=8, ignore_eos=True))
+    assert drafter.lag(0, prompt) == 0  # the cache holds the prompt's text
+    target.kv.clear()
+    draft.kv.clear()
+    assert drafter.lag(0, prompt) >= len(prompt)
+    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=8, ignore_eos=True)
+    next(iter(gen))
+    read = drafter._streams[0].draft_context()
+    assert gen.stats.draft_fed == len(read) > 8 and draft.kv_tokens(0) == read
+    # another prompt on an emptied cache: only its own text is to read, not the last one's too
+    draft.kv.clear()
+    other = target.tokenize("the cat sat on the mat\n")
+    assert len(other) - 1 <= drafter.lag(0, other) <= len(other)
+
+
+def test_sampled_translated_drafts_cost_no_sampled_pick():
+    """A translated draft proposes its argmax whatever the sampling: a cost policy
+    charges the target's sampled picks, not one per drafted token."""
+    from specgen.drafters import DraftModel
+    from specgen.policy import CostAware
+
+    target, draft = engines()
+    prompt = target.tokenize(CYCLE + "Hello")
+    hot = SamplingParams(temperature=0.8, seed=1)
+    picks = {}
+    for name, drafter in (("translated", TranslatedDraftModel(target, draft)),
+                          ("same vocabulary", DraftModel(target, target.n_vocab, target.n_vocab))):
+        policy = CostAware(4, [0.0] + [0.01] * 8, 0.002)
+        Generation(target, prompt, drafter, draft_max=4, params=hot, policy=policy)
+        picks[name] = (policy.pick_s > 0, policy.draft_picks)
+    assert picks == {"translated": (True, False), "same vocabulary": (True, True)}
