@@ -217,12 +217,9 @@ def test_rejections_roll_back_both_caches():
     assert draft.truncations, "the draft's cache was never rolled back"
 
 
-def test_sampled_translated_drafts_are_point_masses():
-    target, draft = engines()
-    prompt = target.tokenize(CYCLE + "Hello")
-    drafter = TranslatedDraftModel(target, draft)
-    seen = []
-    inner = drafter.propose
+def record_proposals(drafter) -> list:
+    """The drafts `drafter` proposes from now on, in order (its propose wrapped)."""
+    seen, inner = [], drafter.propose
 
     def spy(wants):
         out = inner(wants)
@@ -230,6 +227,14 @@ def test_sampled_translated_drafts_are_point_masses():
         return out
 
     drafter.propose = spy
+    return seen
+
+
+def test_sampled_translated_drafts_are_point_masses():
+    target, draft = engines()
+    prompt = target.tokenize(CYCLE + "Hello")
+    drafter = TranslatedDraftModel(target, draft)
+    seen = record_proposals(drafter)
     gen, _ = run(target, drafter, prompt, 4, params=SamplingParams(temperature=0.8, seed=1))
     assert seen and all(d.q is None for d in seen)
     assert any(d.tokens for d in seen)
@@ -283,15 +288,7 @@ def test_prefill_reads_the_prompt_before_the_first_round():
     target.kv.clear()
     drafter = TranslatedDraftModel(target, draft)
     gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=24, ignore_eos=True)
-    seen = []
-    inner = drafter.propose
-
-    def spy(wants):
-        out = inner(wants)
-        seen.extend(out)
-        return out
-
-    drafter.propose = spy
+    seen = record_proposals(drafter)
     it = iter(gen)
     next(it)  # round 1: the target's prompt and the draft's, before the first token
     s = drafter._streams[0]
