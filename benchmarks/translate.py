@@ -16,7 +16,7 @@ translation time per model-drafted round and its share of that round's time
 line per round (k, whether the model drafted, its costs, what the policy
 estimated for that round before it ran).
 
-    python benchmarks/translate.py [--n 48] [--k 4] [--repeats 1] [--per-category 1]
+    python benchmarks/translate.py [--n 48] [--k 4] [--repeats 1] [--per-category 1] [--configs default,...]
                                    [--temp 0.8 --seed 1] [--f32] [--threads 2] [--trace FILE]
 """
 
@@ -131,6 +131,8 @@ def main() -> None:
     ap.add_argument("--f32", action="store_true", help="an all-F32 copy of the target (drafting is cheaper beside it)")
     ap.add_argument("--categories", default="", help="comma-separated categories (default: all)")
     ap.add_argument("--trace", type=Path, help="write one JSON line per round here")
+    ap.add_argument("--configs", default="", help="comma-separated configurations to run besides plain "
+                    "(k=K, alone, default; default: all)")
     args = ap.parse_args()
 
     from specgen.bench.requests import request_tokens
@@ -145,7 +147,8 @@ def main() -> None:
         tpath = make_f32_target(tpath, cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf")
     params = SamplingParams(args.temp, seed=args.seed)
     reqs = requests(args.per_category, {c for c in args.categories.split(",") if c})
-    cfgs = configs(args.k)
+    want = {c for c in args.configs.split(",") if c}
+    cfgs = [(name, kw) for name, kw in configs(args.k) if name == "plain" or not want or name in want]
     loaded = {name: open_models(ModelOptions(model=str(tpath), threads=args.threads, **kw)) for name, kw in cfgs}
     trace = args.trace.open("w") if args.trace else None
     mode = "greedy" if params.greedy else f"sampled (temp {args.temp}, seed {args.seed})"
