@@ -368,6 +368,8 @@ class _Target:
 class StreamPool:
     """Kept-alive connections per host, and one streamed POST at a time on each (use inside one event loop)."""
 
+    connection = _Connection  # the protocol each connection runs (benchmarks/http_client.py swaps in the former one)
+
     def __init__(self, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
         self.connect_timeout = connect_timeout
         self._idle: dict[tuple, list[_Connection]] = {}
@@ -415,7 +417,7 @@ class StreamPool:
         tls = self._tls_context() if target.tls else None
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(_Connection, target.host, target.port, ssl=tls,
+                loop.create_connection(self.connection, target.host, target.port, ssl=tls,
                                        server_hostname=target.host if tls else None),
                 self.connect_timeout)
         except asyncio.TimeoutError:
