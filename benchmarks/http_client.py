@@ -8,6 +8,10 @@ then drives it through the same code as `specgen bench --endpoint`
 - `protocol`: what specgen uses (specgen.bench.stream: an asyncio Protocol,
   h11 for the response's head, the body's chunks cut by ChunkedBody, the SSE
   parsed in data_received, one task wake-up a request);
+- `deferred`: specgen's protocol with the SSE lines and JSON left to the
+  response's end (each read kept with its time, then handed to the reader
+  in order): less code at each wake-up, the same parsing once at the end
+  (an experiment, not what specgen does: a broken stream would fail late);
 - `h11-body`: the same protocol as it was before ChunkedBody, h11 framing
   the body too (a Data event per chunk; kept here only, for the comparison);
 - `httpx`: the reader before the protocol (httpx's aiter_lines, kept here
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import socket
 import subprocess
@@ -61,7 +66,7 @@ from specgen.bench.load import HttpBench, LoadSettings  # noqa: E402
 from specgen.bench.requests import Request  # noqa: E402
 from specgen.bench.stream import FramingError, _Connection  # noqa: E402
 
-READERS = ("protocol", "h11-body", "httpx")
+READERS = ("protocol", "deferred", "h11-body", "httpx")
 
 
 def free_port() -> int:
@@ -218,6 +223,31 @@ class H11BodyConnection(_Connection):
         return b""
 
 
+class _Deferring:
+    """A sink that keeps each read (bytes, arrival time) and hands them all to the real one at the end."""
+
+    def __init__(self, sink) -> None:
+        self.sink, self.reads = sink, []
+
+    def response(self, status: int, headers) -> None:
+        self.sink.response(status, headers)
+
+    def data(self, data: bytes, now: float) -> None:
+        self.reads.append((data, now))
+
+    def end(self) -> None:
+        for data, now in self.reads:
+            self.sink.data(data, now)
+        self.sink.end()
+
+
+class DeferredConnection(_Connection):
+    """specgen's protocol with the reading after the framing deferred to the response's end (`deferred`)."""
+
+    def send(self, request, body, sink, done) -> None:
+        super().send(request, body, _Deferring(sink), done)
+
+
 class _Floor(asyncio.Protocol):
     """The floor: an asyncio Protocol that reads the same stream and does nothing with it but find its end."""
 
@@ -317,12 +347,14 @@ async def measure(url: str, n: int, tokens: int, streams: int, block: int, reade
     reqs = [Request(f"r{i}", prompt=f"request {i}") for i in range(n)]
     settings = LoadSettings(Sampling(max_tokens=tokens), warmup=True)
     benches = {"protocol": Recording([ep, Endpoint("same", url)], reqs, settings),
+               "deferred": Recording([ep, Endpoint("same", url)], reqs, settings),
                "h11-body": Recording([ep, Endpoint("same", url)], reqs, settings),
                "httpx": HttpxRecording([ep, Endpoint("same", url)], reqs, settings)}
     out: dict = {}
-    async with benches["protocol"].client() as c1, benches["h11-body"].client() as c2, benches["httpx"].client() as c3:
-        clients = {"protocol": c1, "h11-body": c2, "httpx": c3}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {k: await stack.enter_async_context(b.client()) for k, b in benches.items()}
         benches["h11-body"].streams.connection = H11BodyConnection
+        benches["deferred"].streams.connection = DeferredConnection
         benches = {k: benches[k] for k in readers}
         for k in readers:
             await benches[k].prepare(clients[k])
