@@ -261,7 +261,7 @@ def test_speculative_overrides():
 class Running:
     """The app served by uvicorn in a thread on a free loopback port."""
 
-    def __init__(self, gemma_path, *, parallel=4, queue=0, adaptive="fixed") -> None:
+    def __init__(self, gemma_path, *, parallel=4, queue=0, adaptive="fixed", prompt_cache=True) -> None:
         from specgen.chat import format_for
         from specgen.loader import ModelOptions
         from specgen.sampling import SamplingParams
@@ -271,7 +271,7 @@ class Running:
         from specgen.server.setup import open_serving
 
         opts = ModelOptions(model=str(gemma_path), draft_max=4, ctx_size=2048, threads=2, adaptive=adaptive)
-        self.serving = open_serving(opts, parallel)
+        self.serving = open_serving(opts, parallel, prompt_cache=prompt_cache)
         self.engine = EngineLoop(self.serving.new_server, self.serving.target, parallel=parallel, queue_max=queue)
         defaults = Defaults(SamplingParams(), 64, self.serving.mode, self.serving.draft_max, self.serving.policy_name)
         cfg = AppConfig(self.serving.model_id, defaults, format_for(self.serving.target), api_key=KEY, max_body=64 * 1024)

@@ -36,7 +36,8 @@ class Serving:
         self.owned.clear()
 
 
-def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False, catalog=None) -> Serving:
+def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False, prompt_cache: bool = True,
+                 catalog=None) -> Serving:
     """Load the target (and its drafter) with `parallel` sequences in one unified
     context (through loader.open_models, as every command); the scheduler factory."""
     from dataclasses import replace
@@ -66,7 +67,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
         drafter = loaded.drafter
         if loaded.mode == "lookup":
             drafter = PromptLookup(opts.ngram_max, opts.lookup_ngram_min())  # fresh indexes for a fresh server
-        return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos,
+        return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos, prompt_cache=prompt_cache,
                       gate=make_gate(loaded.policy_name), new_policy=lambda: make_policy(loaded.policy_name, k, target, loaded.draft_engine, shared=shared))
 
     owned = [e for e in (loaded.draft_engine, target) if e is not None]
