@@ -34,7 +34,10 @@ prefilled (at least the last prompt token, for its logits). Idle slots' cached
 tokens count against the pool: they are evicted, least recently used first,
 when an admission needs the room. Drafters need nothing for it: prompt lookup
 and suffix indexes start afresh per generation, and a draft model's cache of
-the slot keeps the prefix its sync still agrees with.
+the slot keeps the prefix its sync still agrees with. With a `store`
+(specgen.promptstore), a slot's cache about to be overwritten or evicted is
+saved to host memory, and a prompt that shares more with a saved state than
+with any slot has that state loaded into its slot.
 
 Online use (the HTTP server): `submit` queues a job with callbacks, `step`
 admits what fits and runs one decode step (reporting settled tokens and
@@ -52,6 +55,7 @@ from typing import Callable, Sequence
 
 from specgen.decoding import Generation, plan_step
 from specgen.engine import common_prefix
+from specgen.promptstore import MIN_SAVE
 from specgen.errors import SpecgenError
 from specgen.policy import FixedK
 from specgen.sampling import SamplingParams
@@ -167,6 +171,7 @@ class Server:
         ignore_eos: bool = False,
         gate=None,
         prompt_cache: bool = True,
+        store=None,
     ) -> None:
         if not 1 <= slots <= MAX_SLOTS:
             raise SpecgenError(f"concurrency must be in 1..{MAX_SLOTS} (got {slots})")
@@ -186,6 +191,8 @@ class Server:
         self.ignore_eos = ignore_eos
         self.gate = gate if self.drafter is not None else None  # a StepGate: do shared steps draft at all?
         self.prompt_cache = prompt_cache
+        # a PromptStore for states saved from slots (needs an engine that saves and loads them)
+        self.store = store if prompt_cache and hasattr(target, "save_seq") else None
         self.cached_tokens = 0  # prompt tokens admissions found cached, all requests
         self.steps = 0  # decode_batch calls on the target
         self.step_log: list[tuple[int, int, int]] = []  # (sequences, verify rows, prefill rows) per step
@@ -274,11 +281,11 @@ class Server:
         # admit in arrival order while a slot and the cache have room
         while self._waiting and self._free and self._used + self._waiting[0][1] <= self.target.n_ctx:
             job, need, t_submit = self._waiting.popleft()
-            seq, keep = self._pick_slot(job)
+            seq, keep, saved = self._pick_slot(job)
             self._free.remove(seq)
             self._used += need
             self._make_room()
-            self._active.append(self._admit(job, seq, need, t_submit, keep))
+            self._active.append(self._admit(job, seq, need, t_submit, keep, saved))
             self._rows_seen[seq] = Counter()
         active = self._active
         if not active:
@@ -347,20 +354,25 @@ class Server:
         return out
 
     # -- slots and the prompt cache ---------------------------------------
-    def _pick_slot(self, job: Job) -> tuple[int, int]:
-        """The free slot for a job and how many of its prompt tokens that slot's cache
-        already holds (always fewer than the prompt: the last one is decoded for its logits)."""
+    def _pick_slot(self, job: Job) -> tuple[int, int, tuple | None]:
+        """The free slot for a job, how many of its prompt tokens are cached for it
+        (always fewer than the prompt: the last one is decoded for its logits), and
+        the stored state to load into the slot first (None: the slot's own cache)."""
         if not self.prompt_cache:
-            return self._free[0], 0
+            return self._free[0], 0, None
         lru = min(self._free, key=lambda s: self._last_used[s])
         if not job.cache_prompt:  # a fresh prefill: in the slot whose cache is least likely wanted
-            return lru, 0
+            return lru, 0, None
         prompt, cap = job.prompt, len(job.prompt) - 1
         shared = {s: min(common_prefix(self.target.kv_tokens(s), prompt), cap) for s in self._free}
         best = max(self._free, key=lambda s: (shared[s], -self._last_used[s]))
         if shared[best] < SLOT_SIMILARITY * len(prompt):
             best = lru
-        return best, shared[best]
+        if self.store is not None:
+            saved, n = self.store.best(prompt)
+            if min(n, cap) >= shared[best] + MIN_SAVE:  # loading beats the slot's own cache by enough to pay
+                return best, min(n, cap), saved
+        return best, shared[best], None
 
     def _idle_cells(self) -> int:
         return sum(len(self.target.kv_tokens(s)) for s in self._free)
@@ -374,23 +386,41 @@ class Server:
             self._evict(s)
 
     def _evict(self, seq: int) -> None:
-        """Empty a slot's cache (and the draft model's cache of it)."""
+        """Empty a slot's cache (and the draft model's cache of it), saved first if there is a store."""
+        self._save(seq, 0)
         self.target.truncate(seq, 0)
         draft = self._draft_engine()
         if draft is not None:
             draft.truncate(seq, 0)
+
+    def _save(self, seq: int, keep: int) -> None:
+        """Save the slot's state before all but `keep` of its tokens go, if that loses enough."""
+        if self.store is not None and len(self.target.kv_tokens(seq)) - keep >= MIN_SAVE:
+            self.store.put(self.target.kv_tokens(seq), self.target.save_seq(seq))
+
+    def _load(self, seq: int, need: int, saved: tuple) -> bool:
+        """Load a stored state into the slot, if the pool has room for all of it for a moment."""
+        if self._used - need + self._idle_cells() + len(saved) > self.target.n_ctx:
+            return False
+        return self.target.load_seq(seq, saved, self.store.take(saved))
 
     def _draft_engine(self):
         engine = getattr(self.drafter, "engine", None)
         return engine if engine is not None and engine is not self.target else None
 
     # -- one step ---------------------------------------------------------
-    def _admit(self, job: Job, seq: int, need: int, t0: float, keep: int = 0) -> _Active:
+    def _admit(self, job: Job, seq: int, need: int, t0: float, keep: int = 0, saved: tuple | None = None) -> _Active:
         k = self.draft_max if job.draft_max is None else max(0, min(job.draft_max, self.draft_max))
         gen = Generation(
             self.target, job.prompt, self.drafter, draft_max=k, max_tokens=job.max_tokens,
             params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=self.new_policy(),
         )
+        if saved is not None:
+            self._save(seq, 0)
+            if not self._load(seq, need, saved):
+                keep = 0
+        else:
+            self._save(seq, keep)
         self.target.truncate(seq, keep)
         draft = self._draft_engine()
         if draft is not None and not keep:

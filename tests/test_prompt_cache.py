@@ -145,6 +145,43 @@ def test_the_cache_off_prefills_every_prompt_and_frees_the_slot():
     assert fresh.cached_tokens == 0 and _first_part(eng, fresh.seq, mark) == (0, [1, 2, 3, 4])
 
 
+def test_a_slot_cache_saved_to_the_store_is_loaded_back_for_its_prompt():
+    from specgen.promptstore import PromptStore
+
+    eng = MultiFakeEngine(chain_table(50), n_ctx=512)
+    store = PromptStore(1 << 20)
+    server = Server(eng, 1, store=store)
+    first = _one(server, Job("a", [1] * 40, max_tokens=5))
+    held = first.job.prompt + first.gen.tokens[:-1]
+    _one(server, Job("b", [2] * 40, max_tokens=5))  # overwrites the slot: a's cache is saved first
+    assert len(store) == 1 and store.best(held) == (tuple(held), len(held))
+    mark = len(eng.batches)
+    again = _one(server, Job("c", held + [7, 8], max_tokens=5))
+    assert again.cached_tokens == len(held) and store.loaded == 1
+    assert _first_part(eng, 0, mark) == (len(held), [7, 8])
+    assert again.gen.tokens == sequential(FakeEngine(chain_table(50), n_ctx=512), again.job) and _holds(eng, again)
+    # a cache too short to be worth saving, and a server without the cache, store nothing
+    _one(server, Job("d", [3] * 10, max_tokens=2))
+    assert len(store) == 2  # c's cache was saved when d took the slot; d's own will not be
+    off = Server(MultiFakeEngine(chain_table(50)), 1, prompt_cache=False, store=PromptStore(1 << 20))
+    assert off.store is None
+
+
+def test_the_store_keeps_its_byte_budget_and_the_longest_states():
+    from specgen.promptstore import PromptStore
+
+    store = PromptStore(100)
+    store.put(list(range(40)), b"x" * 40)
+    store.put(list(range(50)), b"x" * 50)  # extends the first: replaces it
+    assert len(store) == 1 and store.bytes == 50
+    store.put(list(range(45)), b"x" * 45)  # already held by a longer one
+    assert len(store) == 1
+    store.put(list(range(100, 140)), b"y" * 40)
+    store.put(list(range(200, 240)), b"z" * 40)  # over budget: the oldest goes
+    assert store.bytes <= 100 and store.best(list(range(60)))[1] == 0
+    assert store.best(list(range(200, 210)) + [1])[1] == 10
+
+
 def test_drafters_stay_exact_on_a_reused_slot():
     """Prompt lookup re-indexes each generation; a draft model's cache of the slot
     keeps only the prefix that agrees with the new prompt."""
@@ -227,6 +264,8 @@ def _same_or_near(target, prompt_tokens, a, b):
 
 
 PROMPT = "The history of the printing press began in the fifteenth century, when"
+LONGER = (" Johannes Gutenberg, a goldsmith of Mainz, combined movable metal type, an oil-based ink and a"
+          " screw press adapted from the presses of wine makers. Within fifty years, printers in")
 
 
 @pytest.mark.model
@@ -276,6 +315,25 @@ def test_a_slot_reused_after_a_different_prompt_is_exact(srv, client, target):
     back, u_back = _complete(client, srv, head + " Mercury, Venus,")  # the slot now holds the other prompt
     assert _cached(u_back) >= shared
     _same_or_near(target, a, back, one)
+
+
+@pytest.mark.model
+def test_a_prompt_whose_slot_was_taken_is_loaded_from_host_memory(srv, client, target):
+    from test_server import _metrics
+
+    long = PROMPT + LONGER
+    assert len(target.tokenize(long)) > 40  # longer than promptstore.MIN_SAVE: worth saving
+    first, _ = _complete(client, srv, long)
+    for other in ("Rain fell on the old stone bridge while", "Seven ways to cook rice, from the simplest:",
+                  "In 1969 the first humans walked on the moon, and"):  # two slots: the first prompt's is taken
+        _complete(client, srv, other)
+    loads = _metrics(srv)["specgen_prompt_store_loads_total"]
+    again, u = _complete(client, srv, long)
+    assert _metrics(srv)["specgen_prompt_store_loads_total"] == loads + 1
+    assert _cached(u) == u.prompt_tokens - 1
+    fresh, _ = _complete(client, srv, long, cache_prompt=False)
+    _same_or_near(target, target.tokenize(long), again, fresh)
+    _same_or_near(target, target.tokenize(long), first, fresh)
 
 
 @pytest.mark.model

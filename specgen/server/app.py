@@ -267,6 +267,11 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
             "specgen_prompt_cache_enabled": ("1 when slots keep their cache for later prompts (--prompt-cache).",
                                              int(engine.server.prompt_cache)),
         }
+        store = getattr(engine.server, "store", None)
+        if store is not None:  # slot caches saved to host memory (--cache-ram)
+            gauges["specgen_prompt_store_states"] = ("Prompt states kept in host memory.", len(store))
+            gauges["specgen_prompt_store_bytes"] = ("Their size in bytes.", store.bytes)
+            gauges["specgen_prompt_store_loads_total"] = ("Prompt states loaded back into a slot.", store.loaded)
         gate = getattr(engine.server, "gate", None)
         if gate is not None:  # the shared-step gate (specgen.stepgate): steps of 2+ sequences, drafting or not
             gauges["specgen_shared_steps_drafting_total"] = (
