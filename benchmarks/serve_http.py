@@ -273,8 +273,8 @@ def main() -> None:
                     help="at concurrency > 1: the set through every server this many times, alternating the "
                          "servers' order; throughput over all repeats (and per repeat)")
     ap.add_argument("--no-prompt-cache", action="store_true",
-                    help="send llama-server \"cache_prompt\": false (its prompt cache otherwise reuses the KV of a "
-                         "prompt sent before: later --repeats run faster; specgen serve has no prompt cache)")
+                    help="send every server \"cache_prompt\": false (a prompt cache otherwise reuses the KV of a "
+                         "prompt sent before: later --repeats run faster)")
     ap.add_argument("--no-bench", action="store_true", help="skip the in-process runs")
     ap.add_argument("--rows", type=Path, default=None, help="write every per-request row here (JSONL)")
     a = ap.parse_args()
@@ -307,7 +307,8 @@ def main() -> None:
                                          "--port", str(port), "--ignore-eos", "-n", str(a.max_tokens),
                                          *flags.split()], logdir / f"serve-{len(servers)}.log", port,
                                   {**env, "PYTHONPATH": str(Path(root).resolve())} if at else env,
-                                  str(Path(root).resolve()) if at else env["PYTHONPATH"]))
+                                  str(Path(root).resolve()) if at else env["PYTHONPATH"],
+                                  extra_body={"cache_prompt": False} if a.no_prompt_cache else None))
         if not a.no_bench and not at:
             pairs.append((name, f"bench[{cfg}]"))
     if a.llama_server:

@@ -250,6 +250,26 @@ class Engine:
         del kv[n:]
         self._kv_valid[seq] = True
 
+    def save_seq(self, seq: int):
+        """A copy of the sequence's cache state (keys and values, in llama.cpp's format),
+        for `load_seq`; None when llama.cpp gives none."""
+        if not self._kv_valid[seq] or not self._kv[seq]:
+            return None
+        n = llama.llama_state_seq_get_size(self._ctx, seq)
+        buf = (ctypes.c_uint8 * n)()
+        got = llama.llama_state_seq_get_data(self._ctx, buf, n, seq)
+        return buf if got == n else None
+
+    def load_seq(self, seq: int, tokens: Sequence[int], state) -> bool:
+        """Replace the sequence's cache with a state `save_seq` gave for `tokens`;
+        False (and an empty sequence) when llama.cpp finds no room for it."""
+        self.truncate(seq, 0)
+        if not llama.llama_state_seq_set_data(self._ctx, state, len(state), seq):
+            llama.llama_memory_seq_rm(self._mem, seq, -1, -1)
+            return False
+        self._kv[seq] = list(tokens)
+        return True
+
     def decode(self, seq: int, tokens: Sequence[int], n_logits: int = 1) -> np.ndarray:
         """Append `tokens` to the sequence; logits on its last `n_logits` rows.
 

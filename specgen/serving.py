@@ -25,6 +25,20 @@ mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
 pieces) and makes n_ctx one pool, which admission accounts for: a request is
 admitted only when its worst-case cache size fits beside the others'.
 
+Prompt cache (on unless `prompt_cache=False`): a finished request's cache
+stays in its slot. A new request takes the free slot whose cached tokens
+share the longest prefix with its prompt (as llama-server picks slots by
+similarity; a match under a tenth of the prompt takes the least recently used
+slot instead), the rest of that slot is removed, and only the new tail is
+prefilled (at least the last prompt token, for its logits). Idle slots' cached
+tokens count against the pool: they are evicted, least recently used first,
+when an admission needs the room. Drafters need nothing for it: prompt lookup
+and suffix indexes start afresh per generation, and a draft model's cache of
+the slot keeps the prefix its sync still agrees with. With a `store`
+(specgen.promptstore), a slot's cache about to be overwritten or evicted is
+saved to host memory, and a prompt that shares more with a saved state than
+with any slot has that state loaded into its slot.
+
 Online use (the HTTP server): `submit` queues a job with callbacks, `step`
 admits what fits and runs one decode step (reporting settled tokens and
 finished requests), `cancel` drops a job at the next step. `serve(jobs)` is
@@ -40,11 +54,14 @@ from typing import Callable, Sequence
 
 
 from specgen.decoding import Generation, plan_step
+from specgen.engine import common_prefix
+from specgen.promptstore import MIN_SAVE
 from specgen.errors import SpecgenError
 from specgen.policy import FixedK
 from specgen.sampling import SamplingParams
 
 MAX_SLOTS = 256  # llama.cpp's LLAMA_MAX_SEQ
+SLOT_SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity: a smaller match takes the least recently used slot
 
 
 @dataclass
@@ -57,6 +74,7 @@ class Job:
     params: SamplingParams = SamplingParams()
     meta: dict = field(default_factory=dict)  # carried into the record (category, …)
     draft_max: int | None = None  # this request's ceiling on k (0: plain); None: the server's
+    cache_prompt: bool = True  # may reuse a slot's cached prefix (when the server's prompt cache is on)
 
 
 @dataclass
@@ -68,6 +86,7 @@ class _Active:
     t_admit: float
     reserve: int  # cache tokens this request may reach
     prefilled: int = 0  # prompt tokens in the cache so far
+    cached: int = 0  # of them, those found in the slot's cache at admission
     t_first: float | None = None
     planned: list[int] | None = None  # this step's verify rows
     chunk: int = 0  # prompt tokens in this step's prefill part
@@ -111,6 +130,7 @@ class ServeResult:
     ttft_s: float  # submission → first token
     latency_s: float  # submission → last token
     step_rows: Counter  # rows of the steps this request was in (how busy the machine was)
+    cached_tokens: int = 0  # prompt tokens reused from the slot's cache, not prefilled
 
     def record(self) -> dict:
         st, gen = self.gen.stats, self.gen
@@ -120,6 +140,7 @@ class ServeResult:
             **self.job.meta,
             "seq": self.seq,
             **st.record(),
+            "cached_tokens": self.cached_tokens,
             "queue_s": self.queue_s,
             "ttft_s": self.ttft_s,
             "latency_s": self.latency_s,
@@ -149,6 +170,8 @@ class Server:
         new_policy: Callable[[], object] | None = None,
         ignore_eos: bool = False,
         gate=None,
+        prompt_cache: bool = True,
+        store=None,
     ) -> None:
         if not 1 <= slots <= MAX_SLOTS:
             raise SpecgenError(f"concurrency must be in 1..{MAX_SLOTS} (got {slots})")
@@ -167,11 +190,17 @@ class Server:
         self.new_policy = new_policy or FixedK
         self.ignore_eos = ignore_eos
         self.gate = gate if self.drafter is not None else None  # a StepGate: do shared steps draft at all?
+        self.prompt_cache = prompt_cache
+        # a PromptStore for states saved from slots (needs an engine that saves and loads them)
+        self.store = store if prompt_cache and hasattr(target, "save_seq") else None
+        self.cached_tokens = 0  # prompt tokens admissions found cached, all requests
         self.steps = 0  # decode_batch calls on the target
         self.step_log: list[tuple[int, int, int]] = []  # (sequences, verify rows, prefill rows) per step
         # the online queue (submit / cancel / step)
         self._waiting: deque[tuple[Job, int, float]] = deque()  # (job, cache need, submitted at)
         self._free = list(range(slots))
+        self._last_used = [0] * slots  # admission count when each slot last took a request (LRU order)
+        self._admissions = 0
         self._active: list[_Active] = []
         self._used = 0  # cache tokens reserved by active requests
         self._rows_seen: dict[int, Counter] = {}
@@ -252,9 +281,11 @@ class Server:
         # admit in arrival order while a slot and the cache have room
         while self._waiting and self._free and self._used + self._waiting[0][1] <= self.target.n_ctx:
             job, need, t_submit = self._waiting.popleft()
-            seq = self._free.pop(0)
+            seq, keep, saved = self._pick_slot(job)
+            self._free.remove(seq)
             self._used += need
-            self._active.append(self._admit(job, seq, need, t_submit))
+            self._make_room()
+            self._active.append(self._admit(job, seq, need, t_submit, keep, saved))
             self._rows_seen[seq] = Counter()
         active = self._active
         if not active:
@@ -290,10 +321,12 @@ class Server:
         self._free.append(a.seq)
         self._free.sort()
         self._used -= a.reserve
+        if not self.prompt_cache:  # its cells go back to the pool now
+            self._evict(a.seq)
         now = time.perf_counter()
         res = ServeResult(
             a.job, a.gen, a.seq, a.t_admit - a.t_submit, (a.t_first or now) - a.t_submit,
-            now - a.t_submit, self._rows_seen.pop(a.seq),
+            now - a.t_submit, self._rows_seen.pop(a.seq), a.cached,
         )
         lis = self._listeners.pop(id(a.job))
         self._cancelled.discard(id(a.job))  # a cancel that came as it finished
@@ -316,21 +349,90 @@ class Server:
         self._waiting = kept
         out = []
         for a in [a for a in self._active if id(a.job) in gone]:
-            a.gen.interrupt()
-            self.target.truncate(a.seq, 0)  # the slot's cells go back to the pool now
+            a.gen.interrupt()  # the cache holds what was settled (a prefix to reuse); _release frees it if uncached
             out.append(self._release(a))
         return out
 
+    # -- slots and the prompt cache ---------------------------------------
+    def _pick_slot(self, job: Job) -> tuple[int, int, tuple | None]:
+        """The free slot for a job, how many of its prompt tokens are cached for it
+        (always fewer than the prompt: the last one is decoded for its logits), and
+        the stored state to load into the slot first (None: the slot's own cache)."""
+        if not self.prompt_cache:
+            return self._free[0], 0, None
+        lru = min(self._free, key=lambda s: self._last_used[s])
+        if not job.cache_prompt:  # a fresh prefill: in the slot whose cache is least likely wanted
+            return lru, 0, None
+        prompt, cap = job.prompt, len(job.prompt) - 1
+        shared = {s: min(common_prefix(self.target.kv_tokens(s), prompt), cap) for s in self._free}
+        best = max(self._free, key=lambda s: (shared[s], -self._last_used[s]))
+        if shared[best] < SLOT_SIMILARITY * len(prompt):
+            best = lru
+        if self.store is not None:
+            saved, n = self.store.best(prompt)
+            if min(n, cap) >= shared[best] + MIN_SAVE:  # loading beats the slot's own cache by enough to pay
+                return best, min(n, cap), saved
+        return best, shared[best], None
+
+    def _idle_cells(self) -> int:
+        return sum(len(self.target.kv_tokens(s)) for s in self._free)
+
+    def _make_room(self) -> None:
+        """Evict idle slots' caches, least recently used first, until every running
+        request's worst case fits beside what stays cached."""
+        for s in sorted(self._free, key=lambda s: self._last_used[s]):
+            if self._used + self._idle_cells() <= self.target.n_ctx:
+                return
+            self._evict(s)
+
+    def _evict(self, seq: int) -> None:
+        """Empty a slot's cache (and the draft model's cache of it), saved first if there is a store."""
+        self._save(seq, 0)
+        self.target.truncate(seq, 0)
+        draft = self._draft_engine()
+        if draft is not None:
+            draft.truncate(seq, 0)
+
+    def _save(self, seq: int, keep: int) -> None:
+        """Save the slot's state before all but `keep` of its tokens go, if that loses enough."""
+        if self.store is not None and len(self.target.kv_tokens(seq)) - keep >= MIN_SAVE:
+            self.store.put(self.target.kv_tokens(seq), self.target.save_seq(seq))
+
+    def _load(self, seq: int, need: int, saved: tuple) -> bool:
+        """Load a stored state into the slot, if the pool has room for all of it for a moment."""
+        if self._used - need + self._idle_cells() + len(saved) > self.target.n_ctx:
+            return False
+        return self.target.load_seq(seq, saved, self.store.take(saved))
+
+    def _draft_engine(self):
+        engine = getattr(self.drafter, "engine", None)
+        return engine if engine is not None and engine is not self.target else None
+
     # -- one step ---------------------------------------------------------
-    def _admit(self, job: Job, seq: int, need: int, t0: float) -> _Active:
+    def _admit(self, job: Job, seq: int, need: int, t0: float, keep: int = 0, saved: tuple | None = None) -> _Active:
         k = self.draft_max if job.draft_max is None else max(0, min(job.draft_max, self.draft_max))
         gen = Generation(
             self.target, job.prompt, self.drafter, draft_max=k, max_tokens=job.max_tokens,
             params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=self.new_policy(),
         )
-        self.target.truncate(seq, 0)
+        if saved is not None:
+            self._save(seq, 0)
+            if not self._load(seq, need, saved):
+                keep = 0
+        else:
+            self._save(seq, keep)
+        self.target.truncate(seq, keep)
+        draft = self._draft_engine()
+        if draft is not None and not keep:
+            draft.truncate(seq, 0)
+        elif draft is not None and not getattr(self.drafter, "translated", False):
+            # the draft's cache of the slot: at most what agrees with this prompt (its sync keeps that)
+            draft.truncate(seq, common_prefix(draft.kv_tokens(seq), job.prompt))
+        self._admissions += 1
+        self._last_used[seq] = self._admissions
+        self.cached_tokens += keep
         gen.begin()
-        return _Active(job, seq, gen, t0, time.perf_counter(), need)
+        return _Active(job, seq, gen, t0, time.perf_counter(), need, prefilled=keep, cached=keep)
 
     def _build_step(self, active: list[_Active], generating: list[_Active], drafts: bool = True):
         """The step's parts: verify rows of generating sequences (drafts: False plans

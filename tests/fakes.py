@@ -42,6 +42,17 @@ class FakeEngine:
         self.truncations.append((seq, n))
         del self.kv.setdefault(seq, [])[n:]
 
+    def save_seq(self, seq: int):
+        kv = self.kv.get(seq)
+        return list(kv) if kv else None
+
+    def load_seq(self, seq: int, tokens, state) -> bool:
+        assert list(tokens) == state, "a state loaded for other tokens than it was saved with"
+        self.kv[seq] = list(state)
+        if sum(len(kv) for kv in self.kv.values()) > self.n_ctx:
+            raise SpecgenError("context full")
+        return True
+
     def decode(self, seq: int, tokens, n_logits: int = 1) -> np.ndarray:
         return self.decode_batch([(seq, tokens, n_logits)])[0]
 

@@ -29,6 +29,10 @@ from specgen.serving import Job, Server
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "test-key"
 N = 24  # tokens per real request: small, so the suite stays fast on 2 cores
+# Tests that compare two runs of one prompt prefill both afresh: with the prompt
+# cache the second decodes only the last prompt token again, in a smaller batch,
+# and greedy output may part at a near-tie (tests/test_prompt_cache.py checks that).
+FRESH = {"cache_prompt": False}
 
 
 # =========================================================== the online scheduler (fake engine)
@@ -261,7 +265,7 @@ def test_speculative_overrides():
 class Running:
     """The app served by uvicorn in a thread on a free loopback port."""
 
-    def __init__(self, gemma_path, *, parallel=4, queue=0, adaptive="fixed") -> None:
+    def __init__(self, gemma_path, *, parallel=4, queue=0, adaptive="fixed", prompt_cache=True) -> None:
         from specgen.chat import format_for
         from specgen.loader import ModelOptions
         from specgen.sampling import SamplingParams
@@ -271,7 +275,7 @@ class Running:
         from specgen.server.setup import open_serving
 
         opts = ModelOptions(model=str(gemma_path), draft_max=4, ctx_size=2048, threads=2, adaptive=adaptive)
-        self.serving = open_serving(opts, parallel)
+        self.serving = open_serving(opts, parallel, prompt_cache=prompt_cache)
         self.engine = EngineLoop(self.serving.new_server, self.serving.target, parallel=parallel, queue_max=queue)
         defaults = Defaults(SamplingParams(), 64, self.serving.mode, self.serving.draft_max, self.serving.policy_name)
         cfg = AppConfig(self.serving.model_id, defaults, format_for(self.serving.target), api_key=KEY, max_body=64 * 1024)
@@ -381,13 +385,13 @@ def test_completion_matches_specgen_run(srv, client, target, gemma_path):
 @pytest.mark.model
 def test_chat_streamed_and_not_agree(srv, client):
     messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Name three colours."}]
-    whole = client.chat.completions.create(model=srv.model, messages=messages, max_tokens=N, temperature=0)
+    whole = client.chat.completions.create(model=srv.model, messages=messages, max_tokens=N, temperature=0, extra_body=FRESH)
     assert whole.object == "chat.completion" and whole.choices[0].message.role == "assistant"
     text = whole.choices[0].message.content
     assert text and whole.usage.prompt_tokens > 0
     assert whole.model_extra["speculative"]["rounds"] >= 1
     chunks = list(client.chat.completions.create(model=srv.model, messages=messages, max_tokens=N, temperature=0,
-                                                 stream=True, stream_options={"include_usage": True}))
+                                                 stream=True, stream_options={"include_usage": True}, extra_body=FRESH))
     assert chunks[0].choices[0].delta.role == "assistant"
     pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
     assert sum(1 for p in pieces if p) >= 2  # a chunk per settled run of tokens
@@ -401,24 +405,25 @@ def test_chat_streamed_and_not_agree(srv, client):
 
 @pytest.mark.model
 def test_completion_streamed_carries_usage_on_the_final_chunk(srv, client):
-    chunks = list(client.completions.create(model=srv.model, prompt=PROMPTS[1], max_tokens=8, temperature=0, stream=True))
+    chunks = list(client.completions.create(model=srv.model, prompt=PROMPTS[1], max_tokens=8, temperature=0, stream=True, extra_body=FRESH))
     assert all(c.object == "text_completion" for c in chunks)
     assert chunks[-1].choices[0].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 8
     assert "speculative" in chunks[-1].model_extra
-    whole = client.completions.create(model=srv.model, prompt=PROMPTS[1], max_tokens=8, temperature=0)
+    whole = client.completions.create(model=srv.model, prompt=PROMPTS[1], max_tokens=8, temperature=0, extra_body=FRESH)
     assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
 
 
 @pytest.mark.model
 def test_stop_string_cuts_the_text_and_stops(srv, client):
-    whole = client.completions.create(model=srv.model, prompt=PROMPTS[0], max_tokens=N, temperature=0).choices[0].text
+    whole = client.completions.create(model=srv.model, prompt=PROMPTS[0], max_tokens=N, temperature=0, extra_body=FRESH).choices[0].text
     words = whole.split()
     stop = words[len(words) // 2]
-    cut = client.completions.create(model=srv.model, prompt=PROMPTS[0], max_tokens=N, temperature=0, stop=[stop])
+    cut = client.completions.create(model=srv.model, prompt=PROMPTS[0], max_tokens=N, temperature=0, stop=[stop], extra_body=FRESH)
     assert cut.choices[0].finish_reason == "stop"
     assert cut.choices[0].text == whole[: whole.index(stop)]
-    streamed = client.completions.create(model=srv.model, prompt=PROMPTS[0], max_tokens=N, temperature=0, stop=stop, stream=True)
+    streamed = client.completions.create(model=srv.model, prompt=PROMPTS[0], max_tokens=N, temperature=0, stop=stop, stream=True,
+                                       extra_body=FRESH)
     assert "".join(c.choices[0].text for c in streamed) == cut.choices[0].text
 
 
@@ -437,7 +442,7 @@ def test_speculation_off_per_request(srv, client):
 def test_sampled_requests_with_a_seed_repeat(srv, client):
     def ask(seed):
         return client.completions.create(model=srv.model, prompt=PROMPTS[1], max_tokens=8, temperature=0.9,
-                                         top_p=0.9, seed=seed).choices[0].text
+                                         top_p=0.9, seed=seed, extra_body=FRESH).choices[0].text
 
     assert ask(7) == ask(7)
 

@@ -84,7 +84,8 @@ class SweepRunner:
         elif config.kind == "suffix":  # a fresh global index (if on) per batch: no request sees its own earlier output
             drafter = suffix_drafter(config)
         return Server(setup.target, level, draft_max=k, drafter=drafter, new_policy=new_policy,
-                      ignore_eos=self.settings.ignore_eos, gate=make_gate(config.policy))
+                      ignore_eos=self.settings.ignore_eos, gate=make_gate(config.policy),
+                      prompt_cache=False)  # every request prefills from an empty slot, as a sequential run does
 
     def serve_once(self, prepared: Sequence[Prepared], config: Config, level: int, max_tokens: int | None = None) -> dict:
         """The whole set at one level in one configuration; its "serve" record."""

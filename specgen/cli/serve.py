@@ -58,6 +58,14 @@ def serve(
     template: ServeTemplateOpt = None,
     suffix: SuffixOpt = False,
     global_cache: GlobalCacheOpt = OnOff.off,
+    prompt_cache: Annotated[bool, typer.Option(
+        "--prompt-cache/--no-prompt-cache",
+        help="Keep a finished request's cache in its slot; a prompt that shares its prefix prefills only the rest "
+             "(multi-turn chat resends the whole history).")] = True,
+    cache_ram: Annotated[int, typer.Option(
+        "--cache-ram", metavar="MIB",
+        help="Host memory for slot caches saved when their slot is reused, loaded again for a prompt that shares "
+             "their prefix (0: slots only).")] = 1024,
 ) -> None:
     """Serve the OpenAI API (chat and completions) with speculative decoding and continuous batching."""
     from specgen.chat import format_for
@@ -70,6 +78,8 @@ def serve(
 
     if max_tokens < 1:
         raise SpecgenError(f"-n/--max-tokens must be >= 1 (got {max_tokens})")
+    if cache_ram < 0:
+        raise SpecgenError(f"--cache-ram must be >= 0 MiB (got {cache_ram})")
     if queue < 0:
         raise SpecgenError(f"--queue must be >= 0 (got {queue})")
     if not 0 <= port <= 65535:
@@ -84,7 +94,8 @@ def serve(
     sock = listen(host, port)  # before loading: a taken port fails at once
     serving = engine = None
     try:
-        serving = open_serving(opts, parallel, ignore_eos=ignore_eos)
+        serving = open_serving(opts, parallel, ignore_eos=ignore_eos, prompt_cache=prompt_cache,
+                               cache_ram_mib=cache_ram)
         render.note_translated(serving.translated)
         try:
             fmt = format_for(serving.target, template)
@@ -103,6 +114,7 @@ def serve(
         k += " · global index over earlier requests" if opts.global_cache else ""
         con.print(
             f"specgen serve: {serving.model_id} · {serving.mode}{k} · {parallel} slots, queue {queue}"
+            f"{'' if prompt_cache else ' · no prompt cache'}"
             f"{' · API key required' if api_key else ''}", highlight=False,
         )
         con.print(f"listening on http://{bound[0]}:{bound[1]}/v1", highlight=False)

@@ -135,7 +135,7 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
         elif need_tokens(len(tokens), max_tokens, k) > n_ctx:
             raise S.bad(f"{len(tokens)} prompt + {max_tokens} completion tokens (+{k + 1} for drafts) exceed the "
                         f"context of {n_ctx} tokens; lower max_tokens", "max_tokens", "context_length_exceeded")
-        job = Job(S.new_id(p.kind), tokens, max_tokens, p.params, draft_max=p.spec.draft_max)
+        job = Job(S.new_id(p.kind), tokens, max_tokens, p.params, draft_max=p.spec.draft_max, cache_prompt=p.cache_prompt)
         try:
             engine.check(job)
         except SpecgenError as exc:
@@ -183,7 +183,7 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
         if done[0] == "error":
             return _error(done[1])
         _, reason, record, text = done
-        use = S.usage(record["prompt_tokens"], record["generated_tokens"])
+        use = S.usage(record["prompt_tokens"], record["generated_tokens"], record["cached_tokens"])
         spec = S.speculative_block(req.spec, record)
         return JSONResponse(S.response(kind, job.id, model, text, S.finish_reason(reason), use, spec,
                                        record["tokens"] if return_tokens else None))
@@ -225,7 +225,7 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
                 yield "data: [DONE]\n\n"
                 return
             _, reason, record, _text = ev
-            use = S.usage(record["prompt_tokens"], record["generated_tokens"])
+            use = S.usage(record["prompt_tokens"], record["generated_tokens"], record["cached_tokens"])
             spec = S.speculative_block(req.spec, record)
             last = S.chunk(kind, rid, model, created, finish=S.finish_reason(reason))
             if include_usage:
@@ -264,7 +264,14 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
             "specgen_requests_in_flight": ("Requests accepted and not yet finished.", engine.inflight),
             "specgen_slots": ("Slots (--parallel).", engine.parallel),
             "specgen_decode_steps_total": ("Decode steps of the scheduler (one batch each).", engine.server.steps),
+            "specgen_prompt_cache_enabled": ("1 when slots keep their cache for later prompts (--prompt-cache).",
+                                             int(engine.server.prompt_cache)),
         }
+        store = getattr(engine.server, "store", None)
+        if store is not None:  # slot caches saved to host memory (--cache-ram)
+            gauges["specgen_prompt_store_states"] = ("Prompt states kept in host memory.", len(store))
+            gauges["specgen_prompt_store_bytes"] = ("Their size in bytes.", store.bytes)
+            gauges["specgen_prompt_store_loads_total"] = ("Prompt states loaded back into a slot.", store.loaded)
         gate = getattr(engine.server, "gate", None)
         if gate is not None:  # the shared-step gate (specgen.stepgate): steps of 2+ sequences, drafting or not
             gauges["specgen_shared_steps_drafting_total"] = (

@@ -52,6 +52,7 @@ class Metrics:
                 self.finished[reason] += 1
             c = self.counters
             c["prompt_tokens"] += record["prompt_tokens"]
+            c["prompt_tokens_cached"] += record.get("cached_tokens", 0)
             c["generated_tokens"] += record["generated_tokens"]
             c["rounds"] += record["rounds"]
             c["drafted"] += record["drafted"]
@@ -81,6 +82,7 @@ class Metrics:
             c = self.counters
             for key, help_ in (
                 ("prompt_tokens", "Prompt tokens of finished requests."),
+                ("prompt_tokens_cached", "Of them, tokens the prompt cache served (found in a slot, not prefilled)."),
                 ("generated_tokens", "Tokens generated."),
                 ("rounds", "Verify passes (target rounds)."),
                 ("drafted", "Draft tokens proposed."),

@@ -71,6 +71,7 @@ class Parsed:
     spec: Spec
     messages: list[dict] = field(default_factory=list)  # chat
     prompt: str | list[int] | None = None  # completion: text or token ids
+    cache_prompt: bool = True  # llama-server's field: false prefills the whole prompt afresh
 
 
 # -- field checks --------------------------------------------------------------
@@ -220,8 +221,9 @@ def _common(body, d: Defaults) -> dict:
     _unsupported(body)
     model = _opt(body, "model", lambda v: isinstance(v, str), "a string")
     stream, include = _stream(body)
+    cache_prompt = _opt(body, "cache_prompt", lambda v: isinstance(v, bool), "a boolean")
     return dict(model=model, params=_sampling(body, d), max_tokens=_max_tokens(body), stream=stream,
-                include_usage=include, stops=_stops(body), spec=_spec(body, d))
+                include_usage=include, stops=_stops(body), spec=_spec(body, d), cache_prompt=cache_prompt is not False)
 
 
 def parse_chat(body, d: Defaults) -> Parsed:
@@ -267,9 +269,11 @@ def finish_reason(stop_reason: str) -> str:
     return FINISH.get(stop_reason, "stop")
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage object; cached_tokens: prompt tokens the prompt cache served (not prefilled)."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 def speculative_block(spec: Spec, record: dict) -> dict:

@@ -14,6 +14,8 @@ from typing import Callable
 from specgen.errors import SpecgenError
 from specgen.loader import ModelOptions
 
+CACHE_RAM_MIB = 1024  # host memory for prompt states saved from slots (llama-server's --cache-ram: 8192)
+
 
 @dataclass
 class Serving:
@@ -36,13 +38,15 @@ class Serving:
         self.owned.clear()
 
 
-def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False, catalog=None) -> Serving:
+def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False, prompt_cache: bool = True,
+                 cache_ram_mib: int = CACHE_RAM_MIB, catalog=None) -> Serving:
     """Load the target (and its drafter) with `parallel` sequences in one unified
     context (through loader.open_models, as every command); the scheduler factory."""
     from dataclasses import replace
 
     from specgen.drafters import PromptLookup
     from specgen.loader import make_gate, make_policy, open_models
+    from specgen.promptstore import PromptStore
     from specgen.serving import MAX_SLOTS, Server
 
     if not 1 <= parallel <= MAX_SLOTS:
@@ -59,6 +63,9 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
         loaded.close()
         raise
 
+    # states saved from slots outlive a scheduler that an engine failure replaced
+    store = PromptStore(cache_ram_mib << 20) if prompt_cache and cache_ram_mib > 0 else None
+
     def new_server() -> Server:
         # Cost policies of one server share one acceptance estimate: a new
         # request starts from what earlier ones taught.
@@ -66,7 +73,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
         drafter = loaded.drafter
         if loaded.mode == "lookup":
             drafter = PromptLookup(opts.ngram_max, opts.lookup_ngram_min())  # fresh indexes for a fresh server
-        return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos,
+        return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos, prompt_cache=prompt_cache, store=store,
                       gate=make_gate(loaded.policy_name), new_policy=lambda: make_policy(loaded.policy_name, k, target, loaded.draft_engine, shared=shared))
 
     owned = [e for e in (loaded.draft_engine, target) if e is not None]
