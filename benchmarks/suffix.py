@@ -304,7 +304,7 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
             rows = None
             for c in configs:  # greedy: a draft changes the output only at a near-tie of batched rows
                 r = results[rid][c][-1]
-                mine = r.pop("tokens")
+                mine = r["tokens"] if c == "plain" else r.pop("tokens")  # plain's: for the oracle
                 r["same_as_plain"] = mine == plain
                 if not r["same_as_plain"]:  # untimed: plain again, its top candidates at every position
                     rows = rows or plain_rows(target, toks, args.n, plain)
