@@ -7,7 +7,7 @@ loop (`Generation`, `plan_step`, the drafter, the cost policy) is replayed on
 a stand-in target whose rows follow them, on a virtual clock: each target
 pass costs what the quiet machine's verify curve says for its rows (the
 cached cost profile), everything else (drafting, the policy, bookkeeping) its
-real time. Requests go in the workload's order through one drafter per
+CPU time (so a loaded machine does not inflate it). Requests go in the workload's order through one drafter per
 config, so a global index holds requests 0 … i-1 when request i runs.
 
 Two ceilings beside the replayed configs (no drafter can beat them):
@@ -43,13 +43,14 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's specgen, never a
 
 
 class _Clock:
-    """time.perf_counter for specgen.decoding: real time plus the virtual target passes."""
+    """time.perf_counter for specgen.decoding: this process's CPU time (the host's work,
+    blind to other processes on a shared CPU) plus the virtual target passes."""
 
     def __init__(self) -> None:
         self.offset = 0.0
 
     def perf_counter(self) -> float:
-        return time.perf_counter() + self.offset
+        return time.process_time() + self.offset
 
 
 class _Row:
