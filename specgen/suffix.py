@@ -425,6 +425,8 @@ class SuffixDrafter(PerSequence):
             return DraftTree()
         sam, v, end, key = src
         main = sam.continuation(v, end, k, self.choice)
+        if main and self.cut_at_split:
+            main = main[: split_depth(sam, v, main)]
         return branch_tree(sam, v, main, k, width, key + agreement(sam, v, main[0])) if main else DraftTree()
 
 
