@@ -102,8 +102,10 @@ class ReplayTarget:
         return self.decode(seq, tokens, 1)[0]
 
 
-def replay(requests, drafter, k_max: int, curve, make_policy) -> list[dict]:
-    """Each request through the real loop in order (one drafter across them)."""
+def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = False) -> list[dict]:
+    """Each request through the real loop in order (one drafter across them).
+    hindsight: every proposal is cut to the part plain's text accepts and drafted
+    whole (a fixed k): the drafter's proposals under a perfect draft length."""
     import specgen.decoding as decoding
     from specgen.decoding import Generation
 
@@ -116,11 +118,16 @@ def replay(requests, drafter, k_max: int, curve, make_policy) -> list[dict]:
 
             def propose(wants, _propose=type(drafter).propose, _t=target):
                 drafts = _propose(drafter, wants)
+                if hindsight:
+                    for w, d in zip(wants, drafts):
+                        truth = _t.truth[len(w.context):]
+                        d.tokens = d.tokens[: next((j for j, t in enumerate(d.tokens) if j >= len(truth) or t != truth[j]),
+                                                   len(d.tokens))]
                 _t.offer = (len(drafts[0].tokens), drafts[0].key) if drafts else (0, 0)
                 return drafts
             drafter.propose = propose
             gen = Generation(target, prompt, drafter, draft_max=k_max, max_tokens=len(plain), ignore_eos=True,
-                             policy=make_policy())
+                             policy=None if hindsight else make_policy())
             rounds = iter(gen)
             next(rounds)
             for _ in rounds:
@@ -202,13 +209,15 @@ def config_drafter(name: str):
     """`current`: SuffixDrafter with the global index as `benchmarks/suffix.py`'s
     suffix+global; `local`: without it; `lookup`: prompt lookup. Options after a colon:
     SuffixDrafter's integer arguments (`cut_at_split=0`), `shared=0` (a fresh policy per
-    request, not the index's carried statistics)."""
+    request, not the index's carried statistics), `hindsight=1` (each proposal cut to what
+    plain's text accepts and drafted whole: the drafter under a perfect draft length)."""
     from specgen.drafters import PromptLookup
     from specgen.suffix import SuffixDrafter
 
     base, _, opts = name.partition(":")
     kw = dict(o.split("=") for o in opts.split(",") if o)
     fresh = kw.pop("shared", "1") == "0"  # shared=0: a fresh policy per request (no carried statistics)
+    kw.pop("hindsight", None)  # replay's: perfect draft lengths for this drafter's proposals
     if base == "lookup":
         return PromptLookup()
     if base not in ("current", "local"):
@@ -284,7 +293,8 @@ def main(argv=None) -> None:
             for c in args.configs:
                 drafter = config_drafter(c)
                 shared = getattr(drafter, "policy_stats", None)  # as benchmarks/suffix.py and bench do
-                res = replay(reqs, drafter, args.k_max, curve, lambda: make_policy("cost", args.k_max, e, shared=shared))
+                res = replay(reqs, drafter, args.k_max, curve, lambda: make_policy("cost", args.k_max, e, shared=shared),
+                             hindsight="hindsight=1" in c)
                 for r, (rid, prompt, _) in zip(res, reqs):
                     rows[rid][c] = {**r, "vs_plain": r["tokens_per_s"] / plain_rate,
                                     "diagnosis": diagnose(r.pop("trace"), lens[rid][0], len(prompt))}
