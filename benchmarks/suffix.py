@@ -98,7 +98,9 @@ def bundled_requests() -> list[tuple[str, str]]:
 
 # -- specgen configs -----------------------------------------------------------
 
-CONFIGS = ("plain", "lookup", "suffix", "suffix+global", "suffix+global:frequent")
+# suffix+global:old -- as before draft cuts at varying fields and carried acceptance
+# statistics: no `cut_at_split`, a fresh policy per request (before and after, one run)
+CONFIGS = ("plain", "lookup", "suffix", "suffix+global", "suffix+global:frequent", "suffix+global:old")
 
 
 def make_drafter(name: str):
@@ -110,7 +112,10 @@ def make_drafter(name: str):
     if name == "lookup":
         return PromptLookup()
     choice = FREQUENT if name.endswith(":frequent") else LATEST
-    return SuffixDrafter(global_cache="+global" in name, choice=choice)
+    d = SuffixDrafter(global_cache="+global" in name, choice=choice, cut_at_split=not name.endswith(":old"))
+    if name.endswith(":old"):
+        d.policy_stats = None
+    return d
 
 
 def run_one(target, prompt, drafter, n, k_max, tree_width=1):
@@ -118,7 +123,7 @@ def run_one(target, prompt, drafter, n, k_max, tree_width=1):
     from specgen.loader import make_policy
 
     k = k_max if drafter is not None else 0
-    policy = make_policy("cost", k, target) if k else None
+    policy = make_policy("cost", k, target, shared=getattr(drafter, "policy_stats", None)) if k else None
     if tree_width > 1:
         from specgen.treedecode import TreeGeneration
 
@@ -304,7 +309,7 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
             rows = None
             for c in configs:  # greedy: a draft changes the output only at a near-tie of batched rows
                 r = results[rid][c][-1]
-                mine = r.pop("tokens")
+                mine = r["tokens"] if c == "plain" else r.pop("tokens")  # plain's: for the oracle
                 r["same_as_plain"] = mine == plain
                 if not r["same_as_plain"]:  # untimed: plain again, its top candidates at every position
                     rows = rows or plain_rows(target, toks, args.n, plain)

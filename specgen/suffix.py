@@ -209,6 +209,29 @@ def agreement(sam: SuffixAutomaton, v: int, tok: int) -> int:
     return KEY_AGREED if w is not None and count[w] >= AGREED_SHARE * total else KEY_SPLIT
 
 
+def split_depth(sam: SuffixAutomaton, v: int, tokens: Sequence[int]) -> int:
+    """How many of a draft's tokens to keep: up to the first one, past the first,
+    where the earlier occurrences of the match so far went on in different ways
+    (seen at least twice, the drafted token in fewer than AGREED_SHARE of them): a
+    varying field after fixed text. Verifying the fixed text alone lets the target's
+    own token fill the field; a guess there would mostly be rejected. Walking
+    stops where the index has no evidence (a continuation past its end)."""
+    count, nxt = sam.count, sam.nxt
+    for d, tok in enumerate(tokens):
+        kids = nxt[v]
+        w = kids.get(tok)
+        if w is None:
+            break
+        if d and len(kids) > 1:
+            if len(kids) > MAX_AGREE_FANOUT:
+                return d
+            total = sum(count[x] for t, x in kids.items() if t >= 0)
+            if total >= 2 and count[w] < AGREED_SHARE * total:
+                return d
+        v = w
+    return len(tokens)
+
+
 def key_bucket(key: int) -> int:
     """The match-length bucket of a Draft.key."""
     return key % KEY_AGREED
@@ -297,7 +320,7 @@ class SuffixDrafter(PerSequence):
 
     def __init__(self, *, global_cache: bool = False, choice: str = LATEST, min_match: int = 1,
                  min_global_match: int = MIN_GLOBAL_MATCH, max_global_tokens: int = 1 << 16,
-                 max_walk: int = 64) -> None:
+                 max_walk: int = 64, cut_at_split: bool = True) -> None:
         if choice not in CHOICES:
             raise ValueError(f"unknown continuation choice '{choice}' (choose {', '.join(CHOICES)})")
         if min_match < 1:
@@ -306,7 +329,15 @@ class SuffixDrafter(PerSequence):
         self.min_match = min_match
         self.min_global_match = max(min_global_match, min_match)
         self.max_walk = max_walk
+        self.cut_at_split = cut_at_split  # end a draft before a varying field (`split_depth`)
         self.global_index = GlobalIndex(max_global_tokens, max_walk) if global_cache else None
+        # With the global index, the process also remembers what its drafts were worth:
+        # one cost policy's acceptance statistics by Draft.key, shared by the requests that
+        # draft from this index (`make_policy(..., shared=drafter.policy_stats)`), as a
+        # server's requests share theirs. Replayed on the agent workload, fresh statistics
+        # per request re-learned each key's acceptance every request (1.38x against 1.45x
+        # llama.cpp's best type, first 6 requests; benchmarks/suffix_replay.py).
+        self.policy_stats: dict | None = {} if global_cache else None
         self._seqs: dict[int, _Local] = {}
 
     def _fresh(self) -> _Local:
@@ -378,7 +409,11 @@ class SuffixDrafter(PerSequence):
             return Draft()
         sam, v, end, key = src
         tokens = sam.continuation(v, end, k, self.choice)
-        return Draft(tokens, key=key + agreement(sam, v, tokens[0])) if tokens else Draft()
+        if not tokens:
+            return Draft()
+        if self.cut_at_split:
+            tokens = tokens[: split_depth(sam, v, tokens)]
+        return Draft(tokens, key=key + agreement(sam, v, tokens[0]))
 
     def propose_tree(self, context, k: int, width: int, seq: int = 0) -> DraftTree:
         """Branch 0: `propose_one`'s draft; up to width - 1 more branches that leave it
@@ -390,6 +425,8 @@ class SuffixDrafter(PerSequence):
             return DraftTree()
         sam, v, end, key = src
         main = sam.continuation(v, end, k, self.choice)
+        if main and self.cut_at_split:
+            main = main[: split_depth(sam, v, main)]
         return branch_tree(sam, v, main, k, width, key + agreement(sam, v, main[0])) if main else DraftTree()
 
 
@@ -450,25 +487,41 @@ def branch_tree(sam: SuffixAutomaton, v: int, main: Sequence[int], k: int, width
 
 
 def suffix_draft(tokens: Sequence[int], k: int, choice: str = LATEST, docs: Sequence[Sequence[int]] = (),
-                 min_match: int = 1, min_global_match: int = MIN_GLOBAL_MATCH) -> tuple[list[int], int, bool]:
+                 min_match: int = 1, min_global_match: int = MIN_GLOBAL_MATCH,
+                 cut_at_split: bool = True) -> tuple[list[int], int, bool]:
     """Reference (brute-force scan), the specification of SuffixDrafter.
 
     The longest suffix of `tokens` that ended earlier in `tokens`, and the
     longest that occurs in one of `docs` (if at least min_global_match long);
-    the longer drafts (tokens on a tie). Returns (draft, match length, from docs).
+    the longer drafts (tokens on a tie), cut before a varying field
+    (`split_depth`). Returns (draft, match length, from docs).
     """
     local = _longest_earlier(tokens)
     glob = max((_longest_in(tokens, d) for d in docs), default=0)
     if glob > local and glob >= max(min_global_match, min_match):
-        draft = _continue(tokens[len(tokens) - glob:], [list(d) for d in docs], k, choice)
+        pattern, sources = tokens[len(tokens) - glob:], [list(d) for d in docs]
+        draft = _continue(pattern, sources, k, choice)
         if draft:
-            return draft, glob, True
+            return (_cut(pattern, draft, sources) if cut_at_split else draft), glob, True
     if local >= min_match:
         n = len(tokens)  # earlier occurrences end before the last token
-        draft = _continue(tokens[n - local:], [list(tokens)], k, choice, ends_before=n - 1)
+        pattern = tokens[n - local:]
+        draft = _continue(pattern, [list(tokens)], k, choice, ends_before=n - 1)
         if draft:
-            return draft, local, False
+            return (_cut(pattern, draft, [list(tokens)]) if cut_at_split else draft), local, False
     return [], 0, False
+
+
+def _cut(pattern, draft: list[int], docs: list[list[int]]) -> list[int]:
+    """`split_depth` by counting: the draft up to its first token (past the first)
+    where the earlier occurrences of pattern + the draft so far went on in different
+    ways (at least two, the drafted token in fewer than AGREED_SHARE of them)."""
+    for d in range(1, len(draft)):
+        s = list(pattern) + draft[:d]
+        nxt = [doc[e + 1] for doc in docs for e in _ends(s, doc) if e + 1 < len(doc)]
+        if len(set(nxt)) > MAX_AGREE_FANOUT or (len(nxt) >= 2 and nxt.count(draft[d]) < AGREED_SHARE * len(nxt)):
+            return draft[:d]
+    return draft
 
 
 def _ends(pattern: Sequence[int], doc: Sequence[int]) -> list[int]:

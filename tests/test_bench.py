@@ -472,6 +472,40 @@ def test_global_suffix_index_drafts_from_earlier_requests_never_from_another_rep
 
 
 @pytest.mark.model
+def test_a_global_suffix_index_carries_its_acceptance_statistics_within_a_repeat_only(monkeypatch):
+    """The cost policy of each request drafting from a global index starts from what the
+    earlier requests of its repeat taught (the index's policy_stats), never from another
+    repeat's: each repeat's first request starts empty."""
+    import specgen.bench.runner as runner_mod
+
+    seen = []  # (the statistics handed to the policy, how many keys they held then)
+    real = runner_mod.make_policy
+
+    def spy(*a, shared=None, **kw):
+        seen.append((shared, None if shared is None else len(shared)))
+        return real(*a, shared=shared, **kw)
+
+    monkeypatch.setattr(runner_mod, "make_policy", spy)
+    prompt = "Count: 1, 2, 3, 4, 5,"
+    reqs = [B.Request("a", prompt, category="c", line=1), B.Request("b", prompt, category="c", line=2)]
+    on, off = B.parse_config("suffix:k=8,global=on,policy=cost"), B.parse_config("suffix:k=8,policy=cost")
+    s = B.open_bench(None, [on, off], ctx_size=512)
+    try:
+        runner = B.Runner(s, B.Settings(max_tokens=12, repeats=2, ignore_eos=True, warmup=False))
+        runner.run(runner.prepare(reqs), lambda record: None)
+    finally:
+        s.close()
+    assert sum(x is None for x, _ in seen) >= 4  # plain and the index without a global cache: fresh every request
+    by_dict: dict[int, list[int]] = {}
+    for x, n in seen:
+        if x is not None:
+            by_dict.setdefault(id(x), []).append(n)
+    assert len(by_dict) == 2  # one per repeat
+    for held in by_dict.values():  # a repeat's first request starts empty, its second from what the first taught
+        assert len(held) == 2 and held[0] == 0 and held[1] > 0
+
+
+@pytest.mark.model
 def test_cli_global_cache_says_which(tmp_path):
     from specgen.cli import app
 

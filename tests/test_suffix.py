@@ -203,7 +203,7 @@ def test_capped_walk_still_drafts_a_true_continuation(seed, choice):
     # the draft is what followed some earlier occurrence of the longest match.
     rng = np.random.default_rng(200 + seed)
     toks = _random_stream(rng, 30, 2)
-    d = SuffixDrafter(choice=choice, max_walk=2)
+    d = SuffixDrafter(choice=choice, max_walk=2, cut_at_split=False)  # whole copies: what the capped states kept
     for _ in range(30):
         k = int(rng.integers(1, 5))
         got = d.propose_one(toks, k)
@@ -325,7 +325,7 @@ def test_a_periodic_run_drafts_past_one_period():
 def test_key_tells_fixed_text_from_a_varying_field():
     # a form seen three times: "5 6" always goes on with 7 (fixed text); "7" with a
     # different value each time (a field)
-    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    d = SuffixDrafter(global_cache=True, min_global_match=1, cut_at_split=False)
     for value in (20, 21, 22):
         d.remember([5, 6, 7, value, 8, 9])
     got = d.propose_one([1, 5, 6], 3, seq=1)
@@ -337,3 +337,31 @@ def test_key_tells_fixed_text_from_a_varying_field():
     # locally: a match followed once before is single
     got = SuffixDrafter().propose_one([3, 4, 5, 3, 4], 1)
     assert (got.tokens, got.key) == ([5], KEY_SINGLE + match_bucket(2))
+
+
+def test_a_draft_ends_before_a_varying_field():
+    # a form seen three times: "5 6 7" is fixed text, the token after it a field with
+    # a different value each time, then "8 9" fixed again
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    for value in (20, 21, 22):
+        d.remember([5, 6, 7, value, 8, 9])
+    assert d.propose_one([1, 5, 6], 4, seq=1).tokens == [7]  # the target's own token fills the field
+    assert d.propose_one([1, 5], 4, seq=2).tokens == [6, 7]
+    assert suffix_draft([1, 5], 4, docs=[[5, 6, 7, v, 8, 9] for v in (20, 21, 22)], min_global_match=1)[0] == [6, 7]
+    # a field's first token is drafted (a guess, keyed as split); past the field the copy goes on
+    assert d.propose_one([1, 5, 6, 7], 3, seq=3).tokens == [22, 8, 9]
+    assert d.propose_one([1, 5, 6, 7, 21], 3, seq=4).tokens == [8, 9]
+    # a field that nearly always takes one value is fixed text (>= AGREED_SHARE of 4)
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    for value in (21, 20, 20, 20):
+        d.remember([5, 6, 7, value, 8, 9])
+    assert d.propose_one([1, 5, 6], 4, seq=1).tokens == [7, 20, 8, 9]
+    d.remember([5, 6, 7, 21, 8, 9])  # now the latest value (21) is 2 of 5: a guess, not drafted
+    assert d.propose_one([1, 5, 6], 4, seq=2).tokens == [7]
+    # a match seen once has nothing to compare: the copy is whole
+    assert SuffixDrafter().propose_one([5, 6, 7, 8, 9, 5, 6], 3).tokens == [7, 8, 9]
+    # off: the whole copy, as before
+    d = SuffixDrafter(global_cache=True, min_global_match=1, cut_at_split=False)
+    for value in (20, 21, 22):
+        d.remember([5, 6, 7, value, 8, 9])
+    assert d.propose_one([1, 5, 6], 4, seq=1).tokens == [7, 22, 8, 9]

@@ -109,11 +109,17 @@ def test_branch_tree_from_the_suffix_index():
     assert tree.tokens[:3] == [7, 3, 5]  # the latest occurrence's continuation
     assert tree.tokens[3:] == [8, 2, 5] and tree.parents[3:] == [-1, 3, 4]
     assert tree.probs[0] == pytest.approx(2 / 3) and tree.probs[3] == pytest.approx(1 / 3)
-    d = SuffixDrafter()
+    d = SuffixDrafter(cut_at_split=False)
     t2 = d.propose_tree(toks, 3, 2)
     assert (t2.tokens, t2.parents) == (tree.tokens, tree.parents)
     assert t2.tokens[:3] == d.propose_one(toks, 3).tokens  # branch 0 is the single-branch draft
     assert len(d.propose_tree(toks, 3, 1)) == 3
+    # by default the single-branch draft ends before "5 6 7"'s varying next token
+    # (1 once, 3 once): so does branch 0, the alternative at the root stays
+    d = SuffixDrafter()
+    t3 = d.propose_tree(toks, 3, 2)
+    assert d.propose_one(toks, 3).tokens == [7] and t3.tokens[:1] == [7]
+    assert t3.tokens[1:] == [8, 2, 5] and t3.parents == [-1, -1, 1, 2]
 
 
 # -- the real model ------------------------------------------------------------

@@ -163,7 +163,9 @@ class Runner:
         gen = Generation(
             target, p.tokens, drafter, draft_max=config.k or 0, max_tokens=max_tokens or p.max_tokens,
             params=p.params, ignore_eos=self.settings.ignore_eos,
-            policy=make_policy(config.policy, config.k or 0, target, draft_engine),
+            # a global suffix index carries its acceptance statistics across the requests it serves
+            policy=make_policy(config.policy, config.k or 0, target, draft_engine,
+                               shared=getattr(drafter, "policy_stats", None)),
         )
         # Verify time by draft length, and drafting after the first decode
         # round (whose draft cost includes the drafter reading the prompt).

@@ -1,0 +1,349 @@
+"""Model-free drafting replayed on measured costs, and its hindsight ceiling.
+
+Greedy decoding makes a round's outcome a pure function of the context and
+the draft: the target emits plain greedy's next tokens. So, given plain's
+tokens of every request (kept in `benchmarks/suffix.py`'s records), the real
+loop (`Generation`, `plan_step`, the drafter, the cost policy) is replayed on
+a stand-in target whose rows follow them, on a virtual clock: each target
+pass costs what the quiet machine's verify curve says for its rows (the
+cached cost profile), everything else (drafting, the policy, bookkeeping) its
+CPU time (so a loaded machine does not inflate it). Requests go in the workload's order through one drafter per
+config, so a global index holds requests 0 … i-1 when request i runs.
+
+Two ceilings beside the replayed configs (no drafter can beat them):
+- `oracle`: at every position the longest continuation of plain's text that
+  occurs anywhere before it (prompt and output so far, an overlapping copy
+  included, and every earlier request's prompt + output), drafted exactly
+  that long and sized by dynamic programming on the verify curve (k <= k_max);
+- `oracle-local`: the same without earlier requests.
+
+Each replayed or ceiling figure is a ratio to plain priced the same way
+(verify(1) a token); `vs llama best` multiplies it by the measured ratio of
+plain to llama.cpp's best type for that request, in the same run as the records:
+
+    PYTHONPATH=$PWD python benchmarks/suffix_replay.py agent-*.json [--configs current ...]
+
+What it leaves out: near-ties where a batched verify row picks another token
+than plain's single row (the real run then follows a slightly different
+text), and the machine's noise (the reason to replay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's specgen, never an installed copy
+
+
+class _Clock:
+    """time.perf_counter for specgen.decoding: this process's CPU time (the host's work,
+    blind to other processes on a shared CPU) plus the virtual target passes."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def perf_counter(self) -> float:
+        return time.process_time() + self.offset
+
+
+class _Row:
+    __slots__ = ("tok",)
+
+    def __init__(self, tok: int) -> None:
+        self.tok = tok
+
+    def argmax(self) -> int:
+        return self.tok
+
+
+class ReplayTarget:
+    """A stand-in for the target engine whose greedy rows are plain's tokens: the
+    row after context position p holds truth[p + 1]. Each decode advances the
+    clock by the verify curve's cost of its logit rows."""
+
+    def __init__(self, truth: list[int], curve, clock: _Clock, n_ctx: int = 4096) -> None:
+        from specgen.policy import verify_cost
+
+        self.truth, self.curve, self.clock, self._cost = truth, curve, clock, verify_cost
+        self.n_ctx, self.n_vocab, self.n_batch = n_ctx, 262144, 4096
+        self.kv: list[int] = []
+        self.trace: list[tuple] = []  # per verify pass: (context position, k, accepted, offered, key)
+        self.offer: tuple[int, int] = (0, 0)  # the drafter's last proposal: (length, key)
+
+    def is_eog(self, tok: int) -> bool:  # noqa: ARG002 - end of generation is ignored
+        return False
+
+    def kv_tokens(self, seq: int = 0) -> list[int]:  # noqa: ARG002
+        return list(self.kv)
+
+    def truncate(self, seq: int, n: int) -> None:  # noqa: ARG002
+        del self.kv[n:]
+
+    def decode(self, seq: int, tokens, n_logits: int = 1):  # noqa: ARG002
+        base = len(self.kv)
+        self.kv.extend(tokens)
+        first = base + len(tokens) - n_logits
+        if n_logits == len(tokens) and base:  # a verify pass: [last, d1 … dk]
+            k, truth = len(tokens) - 1, self.truth
+            acc = next((j for j in range(k) if tokens[1 + j] != truth[base + 1 + j]), k)
+            self.trace.append((base + 1, k, acc, *self.offer))
+        self.clock.offset += self._cost(self.curve, max(n_logits, 1))
+        return [_Row(self.truth[p + 1]) for p in range(first, first + n_logits)]
+
+    def sync(self, seq: int, tokens):
+        self.kv = []
+        return self.decode(seq, tokens, 1)[0]
+
+
+def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = False) -> list[dict]:
+    """Each request through the real loop in order (one drafter across them).
+    hindsight: every proposal is cut to the part plain's text accepts and drafted
+    whole (a fixed k): the drafter's proposals under a perfect draft length."""
+    import specgen.decoding as decoding
+    from specgen.decoding import Generation
+
+    clock = _Clock()
+    real_time, decoding.time = decoding.time, clock
+    out = []
+    try:
+        for rid, prompt, plain in requests:
+            target = ReplayTarget(list(prompt) + list(plain), curve, clock)
+
+            def propose(wants, _propose=type(drafter).propose, _t=target):
+                drafts = _propose(drafter, wants)
+                if hindsight:
+                    for w, d in zip(wants, drafts):
+                        truth = _t.truth[len(w.context):]
+                        d.tokens = d.tokens[: next((j for j, t in enumerate(d.tokens) if j >= len(truth) or t != truth[j]),
+                                                   len(d.tokens))]
+                _t.offer = (len(drafts[0].tokens), drafts[0].key) if drafts else (0, 0)
+                return drafts
+            drafter.propose = propose
+            gen = Generation(target, prompt, drafter, draft_max=k_max, max_tokens=len(plain), ignore_eos=True,
+                             policy=None if hindsight else make_policy())
+            rounds = iter(gen)
+            next(rounds)
+            for _ in rounds:
+                pass
+            st = gen.stats
+            assert gen.tokens == list(plain), f"{rid}: the replay left plain's tokens"
+            out.append({"rid": rid, "tokens_per_s": (st.generated - 1) / st.decode_s, "rounds": st.rounds,
+                        "drafted": st.drafted, "accepted": st.accepted, "draft_s": st.draft_s,
+                        "k_hist": dict(sorted(st.k_chosen.items())), "trace": target.trace})
+    finally:
+        decoding.time = real_time
+    return out
+
+
+# -- the hindsight ceiling ------------------------------------------------------
+
+def longest_continuations(text: list[int], start: int, docs: list[list[int]]) -> list[int]:
+    """For each position p >= start of text: the length of the longest prefix of
+    text[p:] that occurs starting before p in text (overlap allowed, as an LZ77
+    copy) or anywhere in one of docs."""
+    out = []
+    n = len(text)
+    for p in range(start, n):
+        best = 0
+        first = text[p]
+        for src, limit in [(text, p)] + [(d, len(d)) for d in docs]:
+            m = len(src)
+            for q in range(limit):
+                if src[q] != first:
+                    continue
+                length = 1
+                while p + length < n and q + length < m and src[q + length] == text[p + length]:
+                    length += 1
+                best = max(best, length)
+        out.append(best)
+    return out
+
+
+def diagnose(trace, lengths: list[int], n_prompt: int) -> dict:
+    """Where a replayed run's rounds left tokens behind, against the hindsight lengths:
+    `plain_with_match`: rounds that drafted nothing where >= 4 tokens were there to copy;
+    `cut_short`: every draft accepted but the continuation went on (k < length);
+    `wrong_copy`: a draft rejected where a longer right continuation existed;
+    `wasted_rows`: drafted rows rejected."""
+    d = {"rounds": len(trace), "drafting": 0, "mean_k": 0.0, "plain_with_match": 0, "cut_short": 0,
+         "wrong_copy": 0, "wasted_rows": 0}
+    for pos, k, acc, offered, key in trace:
+        length = lengths[pos - n_prompt] if pos - n_prompt < len(lengths) else 0
+        d["policy_cut"] = d.get("policy_cut", 0) + (acc == k and k < offered and length > k)
+        d["offer_short"] = d.get("offer_short", 0) + (0 < acc == k == offered and length > k)
+        if k:
+            d["drafting"] += 1
+            d["mean_k"] += k
+            d["wasted_rows"] += k - acc
+            d["cut_short"] += acc == k and length > k
+            d["wrong_copy"] += acc < k and length > acc
+        else:
+            d["plain_with_match"] += length >= 4
+    d["mean_k"] = d["mean_k"] / d["drafting"] if d["drafting"] else 0.0
+    return d
+
+
+def oracle_time(lengths: list[int], curve, k_max: int, round_s: float = 0.0) -> float:
+    """Least time to emit tokens 1 … len(lengths) (token 0 is the prefill's): a round at
+    token i drafts k <= min(lengths[i], k_max) tokens, all accepted, and emits k + 1."""
+    from specgen.policy import verify_cost
+
+    n = len(lengths)
+    best = [0.0] * (n + 2)
+    for i in range(n - 1, 0, -1):
+        top = min(lengths[i], k_max, n - 1 - i)
+        best[i] = min(verify_cost(curve, k + 1) + (round_s if k else 0.0) + best[i + k + 1] for k in range(top + 1))
+    return best[1]
+
+
+# -- configs ---------------------------------------------------------------------
+
+def config_drafter(name: str):
+    """`current`: SuffixDrafter with the global index as `benchmarks/suffix.py`'s
+    suffix+global; `local`: without it; `lookup`: prompt lookup. Options after a colon:
+    SuffixDrafter's integer arguments (`cut_at_split=0`), `shared=0` (a fresh policy per
+    request, not the index's carried statistics), `hindsight=1` (each proposal cut to what
+    plain's text accepts and drafted whole: the drafter under a perfect draft length)."""
+    from specgen.drafters import PromptLookup
+    from specgen.suffix import SuffixDrafter
+
+    base, _, opts = name.partition(":")
+    kw = dict(o.split("=") for o in opts.split(",") if o)
+    fresh = kw.pop("shared", "1") == "0"  # shared=0: a fresh policy per request (no carried statistics)
+    kw.pop("hindsight", None)  # replay's: perfect draft lengths for this drafter's proposals
+    if base == "lookup":
+        return PromptLookup()
+    if base not in ("current", "local"):
+        raise SystemExit(f"unknown config {name}")
+    d = SuffixDrafter(global_cache=base == "current", **{k: int(v) for k, v in kw.items()})  # e.g. cut_at_split=0
+    if fresh:
+        d.policy_stats = None
+    return d
+
+
+def geomean(xs):
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def load_records(paths):
+    """Merged per-request results of benchmarks/suffix.py runs, per workload (chunks in order)."""
+    merged: dict[str, dict] = {}
+    meta = None
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        meta = meta or report
+        for w, data in report["workloads"].items():
+            for rid, per in data["results"].items():
+                if per.get("plain") and all(per.values()):
+                    merged.setdefault(w, {})[rid] = per
+    return merged, meta
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("records", type=Path, nargs="+", help="benchmarks/suffix.py --out files (plain's tokens kept)")
+    ap.add_argument("--configs", nargs="+", default=["lookup", "current"])
+    ap.add_argument("--k-max", type=int, default=16)
+    ap.add_argument("--oracle-k", type=int, default=0, help="the ceiling's k_max (default: --k-max)")
+    ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--json", type=Path, default=None, help="write per-request figures here")
+    args = ap.parse_args(argv)
+
+    from suffix import agent_example_requests, agent_requests, bundled_requests
+
+    from specgen.costs import cost_profile
+    from specgen.engine import Engine
+    from specgen.loader import make_policy
+
+    merged, meta = load_records(args.records)
+    workloads = {"bundled": bundled_requests, "agent": agent_requests, "agent-example": agent_example_requests}
+    dump = {}
+    with Engine(Path(meta["model"]), n_ctx=512, n_threads=meta["threads"]) as e:
+        curve = cost_profile(e)["verify_s"]
+        for w, results in merged.items():
+            texts = dict(workloads[w]())
+            order = [rid for rid in texts if rid in results]  # the workload's order
+            reqs = [(rid, e.tokenize(texts[rid]), results[rid]["plain"][0]["tokens"]) for rid in order]
+            meas = {}
+            for rid in order:
+                per = results[rid]
+                med = {c: statistics.median(r["tokens_per_s"] for r in rs if "tokens_per_s" in r)
+                       for c, rs in per.items() if any("tokens_per_s" in r for r in rs)}
+                llama = {c: v for c, v in med.items() if c.startswith("llama:")}
+                best = max(llama, key=llama.get) if llama else None
+                meas[rid] = {"plain": med["plain"], "llama_best": llama.get(best, float("nan")), "llama_type": best,
+                             **{c: v for c, v in med.items() if not c.startswith("llama:")}}
+            plain_rate = 1.0 / curve[1]
+            rows = {rid: {"measured": meas[rid]} for rid in order}
+            lens, docs = {}, []  # hindsight: the longest continuation at each output position
+            for rid, prompt, plain in reqs:
+                text = list(prompt) + list(plain)
+                lens[rid] = (longest_continuations(text, len(prompt), docs),
+                             longest_continuations(text, len(prompt), []))
+                docs.append(text)
+            cols = []
+            for c in args.configs:
+                drafter = config_drafter(c)
+                shared = getattr(drafter, "policy_stats", None)  # as benchmarks/suffix.py and bench do
+                res = replay(reqs, drafter, args.k_max, curve, lambda: make_policy("cost", args.k_max, e, shared=shared),
+                             hindsight="hindsight=1" in c)
+                for r, (rid, prompt, _) in zip(res, reqs):
+                    rows[rid][c] = {**r, "vs_plain": r["tokens_per_s"] / plain_rate,
+                                    "diagnosis": diagnose(r.pop("trace"), lens[rid][0], len(prompt))}
+                cols.append(c)
+            if not args.no_oracle:
+                kmax = args.oracle_k or args.k_max
+                for rid, prompt, plain in reqs:
+                    n = len(plain)
+                    for name, ls in zip(("oracle", "oracle-local"), lens[rid]):
+                        t = oracle_time(ls, curve, kmax)
+                        rows[rid][name] = {"tokens_per_s": (n - 1) / t, "vs_plain": (n - 1) / t / plain_rate}
+                cols += ["oracle", "oracle-local"]
+            dump[w] = rows
+            print_workload(w, order, rows, cols)
+    if args.json:
+        args.json.write_text(json.dumps(dump, indent=1))
+
+
+def print_workload(w, order, rows, cols) -> None:
+    print(f"\n## {w}: replayed on the verify curve; ratio to plain priced alike, and x (measured plain / llama.cpp best)")
+    print("| request | llama best (measured vs plain) | " + " | ".join(f"{c} vs plain | {c} vs llama" for c in cols) + " |")
+    print("|---" * (2 + 2 * len(cols)) + "|")
+    agg = {c: ([], []) for c in cols}
+    for rid in order:
+        m = rows[rid]["measured"]
+        lb = m["llama_best"] / m["plain"]
+        cells = [f"{m['llama_type']} {lb:.2f}"]
+        for c in cols:
+            v = rows[rid][c]["vs_plain"]
+            agg[c][0].append(v)
+            agg[c][1].append(v / lb)
+            cells += [f"{v:.2f}", f"{v / lb:.2f}"]
+        print(f"| {rid} | " + " | ".join(cells) + " |")
+    lbs = [rows[r]["measured"]["llama_best"] / rows[r]["measured"]["plain"] for r in order]
+    cells = [f"{geomean(lbs):.2f}"]
+    for c in cols:
+        cells += [f"{geomean(agg[c][0]):.2f}", f"{geomean(agg[c][1]):.2f} (min {min(agg[c][1]):.2f})"]
+    print("| geomean | " + " | ".join(cells) + " |")
+    for c in cols:
+        if "diagnosis" not in rows[order[0]][c]:
+            continue
+        print(f"\n{c}: per request rounds / drafting / mean k / accepted of drafted / plain rounds with >= 4 to copy / "
+              "all accepted but cut short / rejected where a longer copy existed / wasted rows")
+        for rid in order:
+            r, d = rows[rid][c], rows[rid][c]["diagnosis"]
+            print(f"  {rid}: {d['rounds']} / {d['drafting']} / {d['mean_k']:.1f} / {r['accepted']}/{r['drafted']} / "
+                  f"{d['plain_with_match']} / {d['cut_short']} (policy {d['policy_cut']}, offer {d['offer_short']}) / "
+                  f"{d['wrong_copy']} / {d['wasted_rows']}  k {r['k_hist']}")
+
+
+if __name__ == "__main__":
+    main()
