@@ -310,25 +310,31 @@ def test_summary_per_category_and_overall():
 # =========================================================== the sweep's policies
 
 
-@pytest.mark.parametrize("policy, shares", [("cost", True), ("heuristic", False), ("fixed", False)])
-def test_sweep_policies_come_from_the_loader(monkeypatch, policy, shares):
-    """Cost policies of one server pool their acceptance (and see the shared step); each request gets its own."""
+@pytest.mark.parametrize("config, shares", [("lookup:k=4,policy=cost", False), ("suffix:k=4,global=on,policy=cost", True),
+                                            ("suffix:k=4,policy=cost", False), ("lookup:k=4,policy=heuristic", False),
+                                            ("lookup:k=4,policy=fixed", False)])
+def test_sweep_policies_come_from_the_loader(monkeypatch, config, shares):
+    """Each request's cost policy learns its own acceptance, as in a sequential run (and
+    sees the shared step); only a global suffix index carries its statistics across a
+    server's requests (one index and one estimate per server, not per sweep)."""
     from specgen import policy as P
 
     profiles = []
     monkeypatch.setattr("specgen.costs.cost_profile",
                         lambda e: profiles.append(e) or {"verify_s": [0.0] + [0.01] * 32, "feed_s": 0.001})
-    cfg = B.parse_config(f"lookup:k=4,policy={policy}")
+    cfg = B.parse_config(config)
+    policy = cfg.policy
     target = SimpleNamespace(n_batch=512)
     runner = B.SweepRunner(B.Setup(target, None, [B.PLAIN, cfg], {}), B.Settings(), [2])
     server = runner.server(cfg, 2)
     assert (server.gate is not None) == (policy == "cost")  # the cost policy's shared steps are gated, as in serve
-    assert len(profiles) == (1 if shares else 0)  # read before serving starts: measuring would use sequence 0
+    assert len(profiles) == (1 if policy == "cost" else 0)  # read before serving starts: measuring would use sequence 0
     a, b = server.new_policy(), server.new_policy()
     assert a is not b and type(a) is {"cost": P.CostAware, "heuristic": P.Heuristic, "fixed": P.FixedK}[policy]
-    if shares:
+    if policy == "cost":
         a.update(0, 4, 4)
-        assert a.stats is b.stats and b.expected_tokens(0, 4) == a.expected_tokens(0, 4)
+        assert (a.stats is b.stats) == shares
+        assert (b.expected_tokens(0, 4) == a.expected_tokens(0, 4)) == shares  # b learned from a's round, or not
         other = runner.server(cfg, 2).new_policy()
         assert other.stats is not a.stats  # one estimate per server, not per sweep
 

@@ -682,3 +682,25 @@ def test_serve_command_checks_its_options_before_loading():
         r = subprocess.run([sys.executable, "-m", "specgen", "serve", *args], capture_output=True, text=True, timeout=120,
                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL)
         assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("drafter, shares", [(None, False), ("suffix", True)])
+def test_each_request_learns_its_own_acceptance_unless_its_drafter_spans_requests(gemma_path, drafter, shares):
+    """A served request's cost policy starts from the prior, as `specgen bench` does (a
+    shared estimate left c=1 serving 7-13 % behind it); a suffix drafter with its global
+    index carries its acceptance statistics across requests, as its index."""
+    from specgen.loader import ModelOptions
+    from specgen.server.setup import open_serving
+
+    opts = ModelOptions(model=str(gemma_path), draft_max=4, ctx_size=512, threads=1, adaptive="cost",
+                        drafter=drafter, global_cache=drafter is not None)
+    serving = open_serving(opts, 2, prompt_cache=False)
+    try:
+        server = serving.new_server()
+        a, b = server.new_policy(), server.new_policy()
+        a.update(0, 4, 4)
+        assert (a.stats is b.stats) == shares
+        assert (b.expected_tokens(0, 4) == a.expected_tokens(0, 4)) == shares  # b learned from a's round, or not
+    finally:
+        serving.close()

@@ -69,20 +69,19 @@ class SweepRunner:
         """The server for one configuration, with its drafter and policies: built here only."""
         setup, k = self.setup, config.k or 0
         draft_engine = setup.draft_engines.get(config.name)
-        # One acceptance estimate per server, shared by its requests: a new
-        # request starts from what earlier ones taught (under load a fresh
-        # prior alone would never draft, so never learn that drafts pay).
-        shared: dict = {}
-
-        def new_policy():
-            return make_policy(config.policy, k, setup.target, draft_engine, shared=shared)
-
-        new_policy()  # costs are measured (or read from cache) now, before serving: measuring uses sequence 0
         drafter = setup.drafters.get(config.name)  # one drafter for every slot (a draft model: its own context)
         if config.kind == "lookup":
             drafter = PromptLookup(config.ngram_max, config.ngram_min)  # fresh indexes for this server
         elif config.kind == "suffix":  # a fresh global index (if on) per batch: no request sees its own earlier output
             drafter = suffix_drafter(config)
+        # Each request learns its own acceptance, as in a sequential run; only a
+        # drafter that carries an index across requests carries its statistics too.
+        shared = getattr(drafter, "policy_stats", None)
+
+        def new_policy():
+            return make_policy(config.policy, k, setup.target, draft_engine, shared=shared)
+
+        new_policy()  # costs are measured (or read from cache) now, before serving: measuring uses sequence 0
         return Server(setup.target, level, draft_max=k, drafter=drafter, new_policy=new_policy,
                       ignore_eos=self.settings.ignore_eos, gate=make_gate(config.policy),
                       prompt_cache=False)  # every request prefills from an empty slot, as a sequential run does

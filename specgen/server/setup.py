@@ -67,12 +67,13 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
     store = PromptStore(cache_ram_mib << 20) if prompt_cache and cache_ram_mib > 0 else None
 
     def new_server() -> Server:
-        # Cost policies of one server share one acceptance estimate: a new
-        # request starts from what earlier ones taught.
-        shared: dict = {}
         drafter = loaded.drafter
         if loaded.mode == "lookup":
             drafter = PromptLookup(opts.ngram_max, opts.lookup_ngram_min())  # fresh indexes for a fresh server
+        # Each request learns its own acceptance (a fresh prior drafts, and
+        # requests differ); only a drafter that carries an index across requests
+        # (suffix with its global index) carries its statistics too.
+        shared = getattr(drafter, "policy_stats", None)
         return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos, prompt_cache=prompt_cache, store=store,
                       gate=make_gate(loaded.policy_name), new_policy=lambda: make_policy(loaded.policy_name, k, target, loaded.draft_engine, shared=shared))
 
