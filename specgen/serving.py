@@ -7,7 +7,8 @@ ONE `decode_batch` over all active sequences, bounded by n_batch:
 - verify rows `[last, d1 … dk]` of each generating sequence (k = 0: a plain
   decode row), planned by that request's own `Generation` state machine;
 - prompt prefill chunks of newly admitted requests, with logits only on a
-  prompt's last row, in whatever budget the verify rows leave.
+  prompt's last row, in whatever budget the verify rows leave (beside
+  generating sequences, a step stays under SHARED_STEP_ROWS rows).
 
 Acceptance and rollback stay in `Generation.settle` (each sequence rolls back
 its own rejected tail); each request keeps its own seeded rng. Drafting goes
@@ -61,6 +62,19 @@ from specgen.policy import FixedK
 from specgen.sampling import SamplingParams
 
 MAX_SLOTS = 256  # llama.cpp's LLAMA_MAX_SEQ
+# The most rows a step that prefills beside generating sequences may hold.
+# llama.cpp's CPU flash attention takes a tiled path from 64 query rows on,
+# which skips a 64 × 64 tile of the cache only when every pair in it is
+# masked; decode steps interleave the sequences' cells in the unified cache
+# (and a freed slot's cells are refilled one by one), so every tile counts and
+# a prompt chunk's attention spans the whole cache. Below 64 rows each row
+# skips the other sequences' cells one by one. Measured here (Gemma 3 270M, 2
+# threads, three sequences generating in an interleaved cache): 300 prompt
+# tokens took 898 ms in one step and 824 ms in chunks of 60 rows beside the
+# decode rows, which also gave the others 5 steps' tokens instead of 1; alone
+# (nothing generating) chunks lose (600 tokens: 1294 ms whole, 1564 in 63s),
+# so a prompt alone still takes the whole batch.
+SHARED_STEP_ROWS = 63
 SLOT_SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity: a smaller match takes the least recently used slot
 
 
@@ -438,7 +452,10 @@ class Server:
         """The step's parts: verify rows of generating sequences (drafts: False plans
         every one plain), then prefill chunks."""
         prefilling = [a for a in active if a.prefilling]
-        budget = self.target.n_batch - len(generating) * (self.draft_max + 1)
+        reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
+        budget = self.target.n_batch - reserved
+        if generating and reserved < SHARED_STEP_ROWS:  # prefill beside decoding sequences: in small chunks
+            budget = min(budget, SHARED_STEP_ROWS - reserved)
         prefill_parts = []
         for a in prefilling:
             if budget <= 0:

@@ -115,6 +115,31 @@ def test_long_prompts_are_prefilled_in_chunks_beside_decode_rows():
     assert [len(b) for b in eng.batches[:3]] == [2, 2, 2]  # decode rows and prefill chunks share steps
 
 
+def test_a_prompt_beside_generating_sequences_is_prefilled_in_steps_under_64_rows():
+    eng = MultiFakeEngine(chain_table(50), n_ctx=1024, n_batch=256)
+    server = Server(eng, 2)
+    done = {}
+    long_prompt = [i % 50 for i in range(200)]
+    server.submit(Job("short", [1, 2], max_tokens=40), on_finish=lambda r: done.setdefault(r.job.id, r))
+    server.step()  # the short prompt alone: it generates from now on
+    first = len(eng.batches)
+    server.submit(Job("long", long_prompt, max_tokens=3), on_finish=lambda r: done.setdefault(r.job.id, r))
+    while server.busy:
+        server.step()
+    steps = [b for b in eng.batches[first:] if any(s == 1 and n == 0 for s, _, _, n in b) or
+             any(s == 1 and pos < len(long_prompt) for s, pos, _, _ in b)]
+    # the 200 prompt tokens went in several steps, each under llama.cpp's tiled-attention threshold
+    assert len(steps) >= 4
+    assert all(sum(len(t) for _, _, t, _ in b) < 64 for b in steps)
+    assert all(any(s == 0 for s, *_ in b) for b in steps)  # the short request decoded in each of them
+    assert done["long"].gen.tokens == sequential(FakeEngine(chain_table(50)), Job("x", long_prompt, max_tokens=3))
+    assert done["short"].gen.tokens == sequential(FakeEngine(chain_table(50)), Job("x", [1, 2], max_tokens=40))
+    # alone, a prompt takes the whole batch in one step
+    eng2 = MultiFakeEngine(chain_table(50), n_ctx=1024, n_batch=256)
+    Server(eng2, 2).serve([Job("long", long_prompt, max_tokens=3)])
+    assert [len(t) for _, _, t, _ in eng2.batches[0]] == [200]
+
+
 def test_cache_pool_admission_queues_instead_of_failing():
     eng = MultiFakeEngine(chain_table(50), n_ctx=40, n_batch=64)
     jobs = [Job(f"r{i}", [i] * 10, max_tokens=8) for i in range(3)]  # 19 tokens each: two fit in 40

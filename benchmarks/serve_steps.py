@@ -1,0 +1,160 @@
+"""Where a concurrent server's time goes, step by step: specgen's scheduler in process.
+
+Serves the bundled requests (raw-text ones) through `specgen.serving.Server`
+as `specgen serve` builds it (server.setup.open_serving), closed loop: N
+requests in flight, the next submitted the moment one finishes, as N HTTP
+clients would; no HTTP, so only the scheduler and llama.cpp are timed.
+Configurations run side by side in alternating order (--repeats: the first
+pass prefills every prompt; later passes find them in the slots' caches).
+Each step is classed by what it held: prefill (with how many verify rows
+beside it) or verify (sequences, drafting or plain), and each
+class reports steps, seconds, tokens settled, tokens per second and rows per
+step: JSON lines, one per (configuration, repeat, class), then a total.
+
+    flock /tmp/specgen-bench.lock nice -n -5 python benchmarks/serve_steps.py --repeats 2 \\
+        --config default --config "chunk off=--shared-step-rows 1000000" --config "plain=--no-spec"
+
+A --config is NAME or NAME=FLAGS, FLAGS from: --no-spec, -k N (fixed k),
+--shared-step-rows N (the prefill cap beside generating sequences,
+specgen.serving.SHARED_STEP_ROWS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import specgen.serving as S  # noqa: E402
+from specgen.bench import load_requests  # noqa: E402
+from specgen.loader import ModelOptions  # noqa: E402
+from specgen.sampling import SamplingParams  # noqa: E402
+from specgen.server.setup import open_serving  # noqa: E402
+from specgen.serving import Job  # noqa: E402
+
+
+def parse_config(text: str) -> tuple[str, dict]:
+    name, _, flags = text.partition("=")
+    p = argparse.ArgumentParser(prog=f"--config {name}")
+    p.add_argument("--no-spec", action="store_true")
+    p.add_argument("-k", type=int, default=None)
+    p.add_argument("--shared-step-rows", type=int, default=S.SHARED_STEP_ROWS)
+    return name, vars(p.parse_args(flags.split()))
+
+
+def traced(server, log: list) -> None:
+    """Wrap server.step: each step's time, llama_decode time, rows, tokens settled, gate decision."""
+    step, decode = server.step, server.target.decode_batch
+
+    def one_step():
+        rec = {"decode_s": 0.0, "drafts": None}
+
+        def timed(parts):
+            t = time.perf_counter()
+            views = decode(parts)
+            rec["decode_s"] += time.perf_counter() - t
+            return views
+
+        gate = server.gate
+        if gate is not None:
+            ask = gate.drafts
+            gate.drafts = lambda n, prefill=False: rec.__setitem__("drafts", ask(n, prefill)) or rec["drafts"]
+        server.target.decode_batch = timed
+        before, n_log = sum(len(a.gen.tokens) for a in server._active), len(server.step_log)
+        t0 = time.perf_counter()
+        try:
+            out = step()
+        finally:
+            del server.target.decode_batch
+            if gate is not None:
+                del gate.drafts
+        rec["s"] = time.perf_counter() - t0
+        rec["rows"] = server.step_log[-1] if len(server.step_log) > n_log else None
+        rec["tokens"] = sum(len(a.gen.tokens) for a in server._active) + sum(len(r.gen.tokens) for r in out) - before
+        log.append(rec)
+        return out
+
+    server.step = one_step
+
+
+def closed_loop(serving, prompts: list[list[int]], ids: list[str], n: int, max_tokens: int, log: list) -> float:
+    server = serving.new_server()
+    traced(server, log)
+    todo = list(range(len(prompts)))
+
+    def submit_next(_res=None) -> None:
+        if todo:
+            i = todo.pop(0)
+            server.submit(Job(ids[i], prompts[i], max_tokens, SamplingParams()), on_finish=submit_next)
+
+    for _ in range(n):
+        submit_next()
+    t0 = time.perf_counter()
+    while server.busy:
+        server.step()
+    return time.perf_counter() - t0
+
+
+def classify(rec: dict) -> str:
+    seqs, verify_rows, prefill_rows = rec["rows"]
+    if prefill_rows:
+        return f"prefill beside {verify_rows} verify rows"
+    return f"verify {seqs} seqs, " + ("drafting" if verify_rows > seqs else "plain")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", action="append", default=None, help="NAME or NAME=FLAGS (default: default)")
+    ap.add_argument("-n", "--max-tokens", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-c", "--ctx-size", type=int, default=4096)
+    a = ap.parse_args()
+    configs = dict(parse_config(c) for c in (a.config or ["default"]))
+    reqs = [r for r in load_requests(None) if r.prompt is not None]
+    servings = {}
+    try:
+        for name, cfg in configs.items():
+            opts = ModelOptions(threads=a.threads, ctx_size=a.ctx_size, no_spec=cfg["no_spec"], draft_max=cfg["k"])
+            servings[name] = open_serving(opts, a.concurrency, ignore_eos=True)
+        for name, serving in servings.items():  # warm-up: a prompt outside the set
+            warm = serving.target.tokenize("Warm-up: list three colours of the rainbow, one per line.\n")
+            serving.new_server().serve([Job("warm-up", warm, 8)])
+        for rep in range(a.repeats):
+            for name in (list(servings) if rep % 2 == 0 else list(servings)[::-1]):
+                serving = servings[name]
+                S.SHARED_STEP_ROWS = configs[name]["shared_step_rows"]
+                prompts = [serving.target.tokenize(r.prompt) for r in reqs]
+                log: list = []
+                wall = closed_loop(serving, prompts, [r.id for r in reqs], a.concurrency, a.max_tokens, log)
+                by = defaultdict(lambda: {"steps": 0, "s": 0.0, "decode_s": 0.0, "tokens": 0, "verify_rows": 0, "prefill_rows": 0})
+                for rec in log:
+                    if rec["rows"] is None:
+                        continue
+                    c = by[classify(rec)]
+                    c["steps"] += 1
+                    c["s"] += rec["s"]
+                    c["decode_s"] += rec["decode_s"]
+                    c["tokens"] += rec["tokens"]
+                    c["verify_rows"] += rec["rows"][1]
+                    c["prefill_rows"] += rec["rows"][2]
+                for cls, c in sorted(by.items()):
+                    print(json.dumps({"config": name, "repeat": rep, "class": cls, **c,
+                                      "tokens_per_s": c["tokens"] / c["s"] if c["s"] else 0.0,
+                                      "rows_per_step": (c["verify_rows"] + c["prefill_rows"]) / c["steps"]}), flush=True)
+                tokens = sum(rec["tokens"] for rec in log)
+                print(json.dumps({"config": name, "repeat": rep, "class": "total", "wall_s": wall, "steps": len(log),
+                                  "tokens": tokens, "tokens_per_s": tokens / wall}), flush=True)
+    finally:
+        for s in servings.values():
+            s.close()
+
+
+if __name__ == "__main__":
+    main()
