@@ -30,8 +30,9 @@ process's CPU time plus priced passes, as benchmarks/suffix_replay.py):
 Configurations: `plain`, `k=K` (fixed, the model alone), `alone` (cost
 policy, the model alone), `default` (cost policy, lookup alongside), each
 cost configuration over several Thompson seeds of the policy (the product
-uses seed 0). A suffix `:NAME=VALUE,...` sets attributes on the fresh
-policy (a variant of the cost policy, e.g. `default:horizon=0`).
+uses seed 0). A suffix `:NAME=VALUE+...` sets attributes on the fresh
+policy (a variant of the cost policy, e.g. `default:explore_near=0`); `:old`, the
+exploration before the near rule (the same).
 
     PYTHONPATH=$PWD python benchmarks/translate_replay.py [--f32] [--temp 0.8] [--seeds 1,2] [--n 48,96]
         [--categories continuation] [--per-category 4] [--configs plain,k=1,alone,default] [--policy-seeds 8]
@@ -186,8 +187,12 @@ class ReplayDraft:
 
 
 def parse_config(name: str) -> tuple[str, dict]:
+    """`default:old` (the earlier exploration: translate.py's old_exploration) or
+    `default:NAME=VALUE+NAME=VALUE` (attributes of the fresh cost policy)."""
     base, _, opts = name.partition(":")
-    return base, {k: float(v) for k, v in (o.split("=") for o in opts.split(",") if o)}
+    if opts == "old":
+        return base, {"explore_near": 0.0}
+    return base, {k: float(v) for k, v in (o.split("=") for o in opts.split("+") if o)}
 
 
 def replay_one(rec, prompt, n, config, costs, engines, pick_s, policy_seed=0) -> dict:
