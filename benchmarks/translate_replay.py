@@ -21,11 +21,13 @@ the CPU time of that translation.
 Replayed through the real loop (`Generation`, `plan_step`, the loader's
 drafter shape and `make_policy`'s cost policy), on a virtual clock (this
 process's CPU time plus priced passes, as benchmarks/suffix_replay.py):
-- a target pass of r rows: the cached verify curve at r, plus one sampled
+- a target pass of r rows: the verify curve at r (the cached profile, or
+  curves measured side by side: `--measure-costs FILE`, then `--costs FILE`;
+  the policies start from the cached profiles either way), plus one sampled
   pick (`costs.pick_cost`) per row the acceptance rule reads;
 - a model proposal of k: its first pass feeds what the draft's cache lacks
   of its stream (a pass of that many rows on the draft's cached curve),
-  then k - 1 steps, plus the recorded translation time; reported to the
+  then k - 1 steps (the draft's curve, as above), plus the recorded translation time; reported to the
   policy as the real drafter reports it (steps, or a bulk feed, extra_s).
 Configurations: `plain`, `k=K` (fixed, the model alone), `alone` (cost
 policy, the model alone), `default` (cost policy, lookup alongside), each
@@ -35,7 +37,8 @@ policy (a variant of the cost policy, e.g. `default:explore_near=0`); `:old`, th
 exploration before the near rule (the same).
 
     PYTHONPATH=$PWD python benchmarks/translate_replay.py [--f32] [--temp 0.8] [--seeds 1,2] [--n 48,96]
-        [--categories continuation] [--per-category 4] [--configs plain,k=1,alone,default] [--policy-seeds 8]
+        [--categories continuation] [--per-category 4] [--configs plain,k=1,alone,alone:old,default] [--policy-seeds 8]
+        [--measure-costs costs.json | --costs costs.json] [--json out.json]
 
 What it leaves out: the machine's noise (the reason to replay), the host's
 work beyond this process's CPU time, near-ties between a batched row and a
