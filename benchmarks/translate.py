@@ -16,7 +16,7 @@ translation time per model-drafted round and its share of that round's time
 line per round (k, whether the model drafted, its costs, what the policy
 estimated for that round before it ran).
 
-    python benchmarks/translate.py [--n 48] [--k 4] [--repeats 1] [--per-category 1] [--configs default,...]
+    python benchmarks/translate.py [--n 48] [--k 4] [--repeats 1] [--per-category 1] [--configs default,default:old,...]
                                    [--temp 0.8 --seed 1] [--f32] [--threads 2] [--trace FILE]
 """
 
@@ -39,6 +39,15 @@ def configs(k: int) -> list[tuple[str, dict]]:
             ("alone", dict(draft=DRAFT, lookup=False)), ("default", dict(draft=DRAFT))]
 
 
+OLD = ":old"  # a cost configuration with the cost policy's earlier exploration (only when asked for)
+
+
+def old_exploration(policy) -> None:
+    """The cost policy's exploration before the near rule: a draw past a drafting
+    best drafts its own best length."""
+    policy.explore_near = False
+
+
 def translator(drafter):
     """The TranslatedDraftModel inside a drafter (alone or with lookup alongside), or None."""
     inner = getattr(drafter, "model", drafter)
@@ -54,7 +63,7 @@ def estimate(policy, k: int) -> float | None:
     return (verify_cost(policy.verify_s, k + 1) + k * policy.draft_step_s) * policy.round_scale
 
 
-def run_one(loaded, prompt, n, params, trace=None, label=""):
+def run_one(loaded, prompt, n, params, trace=None, label="", old=False):
     from specgen.decoding import Generation
 
     target, tr = loaded.target, translator(loaded.drafter)
@@ -62,6 +71,8 @@ def run_one(loaded, prompt, n, params, trace=None, label=""):
     if loaded.draft_engine is not None:
         loaded.draft_engine.truncate(0, 0)
     policy = loaded.new_policy()
+    if old:
+        old_exploration(policy)
     choice = {}
     if hasattr(policy, "choose_offer"):
         inner = policy.choose_offer
@@ -132,7 +143,7 @@ def main() -> None:
     ap.add_argument("--categories", default="", help="comma-separated categories (default: all)")
     ap.add_argument("--trace", type=Path, help="write one JSON line per round here")
     ap.add_argument("--configs", default="", help="comma-separated configurations to run besides plain "
-                    "(k=K, alone, default; default: all)")
+                    "(k=K, alone, default; default: all; alone:old, default:old: the earlier exploration, side by side)")
     args = ap.parse_args()
 
     from specgen.bench.requests import request_tokens
@@ -149,24 +160,30 @@ def main() -> None:
     reqs = requests(args.per_category, {c for c in args.categories.split(",") if c})
     want = {c for c in args.configs.split(",") if c}
     cfgs = [(name, kw) for name, kw in configs(args.k) if name == "plain" or not want or name in want]
-    loaded = {name: open_models(ModelOptions(model=str(tpath), threads=args.threads, **kw)) for name, kw in cfgs}
+    cfgs += [(name + OLD, kw) for name, kw in configs(args.k) if name + OLD in want]
+    loaded = {}
+    for name, kw in cfgs:  # an ':old' configuration shares its models with its base
+        base = name.removesuffix(OLD)
+        loaded[name] = loaded.get(base) or open_models(ModelOptions(model=str(tpath), threads=args.threads, **kw))
+        loaded.setdefault(base, loaded[name])
     trace = args.trace.open("w") if args.trace else None
     mode = "greedy" if params.greedy else f"sampled (temp {args.temp}, seed {args.seed})"
     print(f"target {tpath.name}, draft {DRAFT}, {mode}, n={args.n}, threads={args.threads}, repeats={args.repeats}")
-    print(f"{'request':<22} {'config':<8} {'tok/s':>7} {'vs plain':>8} {'accept':>6} {'tok/round':>9} "
+    print(f"{'request':<22} {'config':<11} {'tok/s':>7} {'vs plain':>8} {'accept':>6} {'tok/round':>9} "
           f"{'transl ms':>9} {'share':>6}  k histogram")
     ratios = {name: {} for name, _ in cfgs[1:]}
     try:
         first = request_tokens(loaded["plain"].target, reqs[0])
         for name, _ in cfgs:  # warm-up
-            run_one(loaded[name], first, 8, params)
+            run_one(loaded[name], first, 8, params, old=name.endswith(OLD))
         for i, r in enumerate(reqs):
             prompt = request_tokens(loaded["plain"].target, r)
             res = {name: [] for name, _ in cfgs}
             for rep in range(args.repeats):
                 order = cfgs if (i + rep) % 2 == 0 else cfgs[::-1]
                 for name, _ in order:
-                    res[name].append(run_one(loaded[name], prompt, args.n, params, trace, f"{r.id}/{name}/{rep}"))
+                    res[name].append(run_one(loaded[name], prompt, args.n, params, trace, f"{r.id}/{name}/{rep}",
+                                             old=name.endswith(OLD)))
             plain = statistics.median(x["tps"] for x in res["plain"])
             for name, _ in cfgs:
                 runs = res[name]
@@ -175,19 +192,19 @@ def main() -> None:
                     ratios[name].setdefault(r.category, []).append(tps / plain)
                 x = sorted(runs, key=lambda y: y["tps"])[len(runs) // 2]
                 same = "" if not params.greedy or x["tokens"] == res["plain"][0]["tokens"] else "  (output differs: near-tie?)"
-                print(f"{r.id:<22} {name:<8} {tps:7.1f} {tps / plain:7.2f}x {x['acc']:6.2f} {x['mal']:9.2f} "
+                print(f"{r.id:<22} {name:<11} {tps:7.1f} {tps / plain:7.2f}x {x['acc']:6.2f} {x['mal']:9.2f} "
                       f"{x['translate_ms']:9.2f} {x['translate_share']:6.1%}  {x['k_hist']}{same}", flush=True)
     finally:
         if trace:
             trace.close()
-        for lo in loaded.values():
+        for lo in {id(lo): lo for lo in loaded.values()}.values():
             lo.close()
     print("speed vs plain, per category (mean over its requests):")
     cats = list(dict.fromkeys(r.category for r in reqs))
-    print(f"{'config':<8} " + " ".join(f"{c:>12}" for c in cats) + f" {'min':>6}")
+    print(f"{'config':<11} " + " ".join(f"{c:>12}" for c in cats) + f" {'min':>6}")
     for name, per in ratios.items():
         means = [statistics.mean(per[c]) for c in cats]
-        print(f"{name:<8} " + " ".join(f"{m:11.2f}x" for m in means) + f" {min(means):5.2f}x")
+        print(f"{name:<11} " + " ".join(f"{m:11.2f}x" for m in means) + f" {min(means):5.2f}x")
 
 
 if __name__ == "__main__":

@@ -244,11 +244,16 @@ def _best(rates: Sequence[float]) -> int:
     return max(range(len(rates)), key=rates.__getitem__)
 
 
-def _shortest_over_plain(rates: Sequence[float], k: int) -> int:
-    """A probe's draft length: the shortest n <= k whose rate beats a plain step
-    (rates[k] must). It tests the first positions, where the evidence is, and a
-    long draft costs most when the draw was wrong."""
-    return next(n for n in range(1, k + 1) if rates[n] > rates[0])
+def _explore(drawn: Sequence[float], mean: Sequence[float], k: int, near: bool = True) -> int:
+    """The draft length a round explores when its draw favours k (drawn[k] the
+    best of `drawn`) and the estimates favour a shorter one, b: the shortest n
+    in (b, k] whose drawn rate beats b's. It tests the positions just past the
+    evidence, and a long draft costs most when the draw was wrong. (b = 0: a
+    probe, the shortest draft that beats a plain step.)"""
+    b = _best(mean)
+    if k <= b or drawn[k] <= drawn[b] or (b and not near):
+        return k
+    return next(n for n in range(b + 1, k + 1) if drawn[n] > drawn[b])
 
 
 class CostAware(Policy):
@@ -284,7 +289,12 @@ class CostAware(Policy):
     A probe (a round the draw alone sends drafting, the estimates favouring
     k = 0) drafts the shortest k the draw favours: it tests the first
     positions, where the evidence is, and a long draft's rounds cost most
-    when the draw was wrong. Its round pays the whole catch-up of the draft's
+    when the draw was wrong. Likewise a draw that favours a longer draft
+    than the estimates' best b drafts the shortest k > b it rates above b:
+    the positions past b are often unseen, their estimates inherit b's with
+    a wide spread, and one draw lifts them all (a translated draft's k = 1
+    break-even round explored at k = 6 lost 5-10 % over 48 tokens; replayed,
+    benchmarks/translate_replay.py). Its round pays the whole catch-up of the draft's
     cache: the estimates expect plain rounds after it, so nothing amortises it.
     Any other round amortises a catch-up over no more rounds than its estimate
     rests on (the first position's decayed count plus the prior's weight):
@@ -302,6 +312,9 @@ class CostAware(Policy):
     """
 
     name = "cost"
+    # past a drafting best, a draw explores only as far as it favours (False: the
+    # draw's own best, as before; kept switchable for benchmarks' side-by-side runs)
+    explore_near = True
 
     def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0, feed_s: float = 0.0, *,
                  draft_verify_s: list[float] | None = None,
@@ -351,9 +364,9 @@ class CostAware(Policy):
         alphas = acc.rates(limit, z=z)
         rates = self.rates(alphas, situation)
         k = _best(rates)
-        probe = bool(k and z) and _best(self.rates(acc.rates(limit), situation)) == 0
-        if probe:
-            k = _shortest_over_plain(rates, k)  # the shortest the draw favours
+        mean = self.rates(acc.rates(limit), situation) if k and z else rates
+        probe = bool(k and z) and _best(mean) == 0
+        k = _explore(rates, mean, k, self.explore_near)  # past the estimates' best: only as far as the draw favours
         if k and situation.lag > 2:
             # a catch-up must pay back within the rounds the estimate rests on (a
             # probe's within its own round): faded evidence promises few rounds.
@@ -394,14 +407,14 @@ class CostAware(Policy):
         take = [step_rate(offer.rates(offered, z=z), k, self.verify_s, 0.0, situation, self.pick_s)
                 for k in range(offered + 1)]
         k_take = _best(take)
-        if k_take and z and _best([step_rate(offer.rates(offered), n, self.verify_s, 0.0, situation, self.pick_s)
-                                   for n in range(offered + 1)]) == 0:
-            k_take = _shortest_over_plain(take, k_take)  # a probe of the offer, as in `choose`
+        if k_take and z:  # exploring the offer, as in `choose`
+            k_take = _explore(take, [step_rate(offer.rates(offered), n, self.verify_s, 0.0, situation, self.pick_s)
+                                     for n in range(offered + 1)], k_take, self.explore_near)
         alphas = model.rates(limit, z=z)
         rates = self.rates(alphas, situation)
         k = 1 + _best(rates[1:])
-        if rates[k] > rates[0] and z and _best(self.rates(model.rates(limit), situation)) == 0:
-            k = _shortest_over_plain(rates, k)  # a probe of the model
+        if z:  # and the model
+            k = _explore(rates, self.rates(model.rates(limit), situation), k, self.explore_near)
         # this round pays the model's catch-up, if its cache lags
         rate = 1.0 / (1.0 / rates[k] + self.catch_up_s(situation.lag) / expected_tokens(alphas[:k]))
         if rate > take[k_take] and (situation.lag <= 2 or

@@ -431,3 +431,19 @@ def test_a_probe_of_an_offer_or_of_the_model_is_short():
         ks = [k for k, _ in picks]
         assert ks.count(0) >= 200 and max(ks) <= 2, sorted(set(ks))
         assert any(k and take == probed_takes for k, take in picks)
+
+def test_past_a_drafting_best_a_draw_explores_only_the_next_positions():
+    """Where the estimates favour drafting (k = 3 here) and the positions past the
+    evidence are unseen (their estimates inherit the last one's, with a wide
+    spread), an upward draw tries one more position, never the whole ceiling:
+    a long draft costs most when the draw was wrong. The same with prompt
+    lookup alongside, for the model's drafts."""
+    p = CostAware(8, F32_TARGET, SMOL_STEP, idle_decay=1.0)
+    p._acc(0).reached[:] = [10.0]
+    p._acc(0).accepted[:] = [7.0]  # α = 0.68 at the first position; later ones unseen
+    ks = [p.choose(0, 8, Situation(lag=1)) for _ in range(400)]
+    assert set(ks) == {3, 4}, sorted(set(ks))
+    teach(p, 2, 4, 0, 10)  # lookup's 2-gram matches: always rejected at once, so the model drafts
+    picks = [p.choose_offer(2, 16, 8, Situation(lag=1)) for _ in range(400)]
+    assert {k for k, take in picks if not take} == {3, 4}
+
