@@ -99,8 +99,11 @@ def bundled_requests() -> list[tuple[str, str]]:
 # -- specgen configs -----------------------------------------------------------
 
 # suffix+global:old -- as before draft cuts at varying fields and carried acceptance
-# statistics: no `cut_at_split`, a fresh policy per request (before and after, one run)
-CONFIGS = ("plain", "lookup", "suffix", "suffix+global", "suffix+global:frequent", "suffix+global:old")
+# statistics: no `cut_at_split`, a fresh policy per request (before and after, one run).
+# suffix+global:counts -- the cost policy reads the index's counts along each draft
+# (`SuffixDrafter(counts=True)`, `policy.with_counts`)
+CONFIGS = ("plain", "lookup", "suffix", "suffix+global", "suffix+global:frequent", "suffix+global:old",
+           "suffix+global:counts")
 
 
 def make_drafter(name: str):
@@ -112,7 +115,8 @@ def make_drafter(name: str):
     if name == "lookup":
         return PromptLookup()
     choice = FREQUENT if name.endswith(":frequent") else LATEST
-    d = SuffixDrafter(global_cache="+global" in name, choice=choice, cut_at_split=not name.endswith(":old"))
+    d = SuffixDrafter(global_cache="+global" in name, choice=choice, cut_at_split=not name.endswith(":old"),
+                      counts=name.endswith(":counts"))
     if name.endswith(":old"):
         d.policy_stats = None
     return d

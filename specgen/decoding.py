@@ -286,9 +286,9 @@ class Generation:
             return 0
         return max(0, min(self.draft_max, self.max_tokens - len(self.tokens) - 1, self.target.n_ctx - base - 1))
 
-    def situation(self, others_rows: int = 0, others_tokens: float = 0.0) -> Situation:
+    def situation(self, others_rows: int = 0, others_tokens: float = 0.0, counts=()) -> Situation:
         lag = self.drafter.lag(self.seq, self.context) if self.drafter is not None else 0
-        return Situation(lag, self.max_tokens - len(self.tokens), others_rows, others_tokens)
+        return Situation(lag, self.max_tokens - len(self.tokens), others_rows, others_tokens, tuple(counts))
 
     def plan(self, draft: Draft, draft_s: float = 0.0, unused: Draft | None = None) -> list[int]:
         """Take this round's draft; the tokens to verify, `[last, d1 … dk]`.
@@ -391,7 +391,8 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
         later = len(live) - i - 1
         offered = min(len(offers[i].tokens), lim)
         model_limit = 0 if free or drafter is None else min(lim, getattr(drafter, "model_max", None) or lim)
-        k, take = (g.policy.choose_offer(offers[i].key, offered, model_limit, g.situation(rows + later, tokens + later))
+        k, take = (g.policy.choose_offer(offers[i].key, offered, model_limit,
+                                         g.situation(rows + later, tokens + later, offers[i].counts[:offered]))
                    if lim > 0 else (0, True))
         picks.append((k, take))
         rows += k + 1

@@ -55,10 +55,14 @@ class Draft:
     # translated draft's re-tokenizing); a cost policy then learns what its
     # drafting rounds really cost against its estimates. None: not reported.
     extra_s: float | None = None
+    # a free drafter's evidence per token: (seen, total), how often its index saw the
+    # match so far go on with this token, of all the ways it went on (policy.with_counts)
+    counts: tuple[tuple[int, int], ...] = ()
 
     def cut(self, k: int) -> "Draft":
         d = Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.key)
         d.steps, d.step_s, d.fed, d.fed_s, d.extra_s = self.steps, self.step_s, self.fed, self.fed_s, self.extra_s
+        d.counts = self.counts[:k]
         return d
 
 

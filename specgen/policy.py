@@ -19,7 +19,7 @@ sequences' rows.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -77,9 +77,33 @@ class Situation:
     remaining: int = 1 << 30  # tokens this generation may still emit
     others_rows: int = 0  # rows the rest of a shared step holds
     others_tokens: float = 0.0  # tokens the rest of that step is expected to emit
+    # a free drafter's evidence for this offer, per drafted token: (seen, total), how often
+    # its index saw the match so far go on with that token, of all the ways it went on
+    # (`with_counts`); () for none. Never a draft model's.
+    counts: tuple[tuple[int, int], ...] = ()
 
 
 ALONE = Situation()
+# The weight, in earlier occurrences, of the policy's measured acceptance against
+# the index's counts along one draft (`with_counts`). Replayed, 0.25-2 all chose
+# worse lengths than no counts, so the suffix drafter sends none by default
+# (README "Draft lengths from the index's counts").
+COUNTS_STRENGTH = 1.0
+
+
+def with_counts(rates: Sequence[float], counts: Sequence[tuple[int, int]],
+                strength: float = COUNTS_STRENGTH) -> list[float]:
+    """One draft's acceptance per position: each measured rate (the policy's estimate
+    for the draft's key) weighs `strength` occurrences as a prior, updated by the
+    index's counts at that step of the drafted path, (seen, total):
+    (seen + strength · rate) / (total + strength). A step without counts keeps its
+    rate. A draft whose every step the index saw many times, always alike, is
+    trusted long; one the index saw once leans on the key's measured rate."""
+    out = list(rates)
+    for i, (seen, total) in enumerate(counts[: len(out)]):
+        if total > 0:
+            out[i] = (seen + strength * out[i]) / (total + strength)
+    return out
 MODEL_KEY = 0  # a draft model's rounds; prompt lookup's keys are its match lengths (>= 1)
 # A draft model's acceptance before evidence: (mean, weight in rounds). A model
 # paired with a target varies less from request to request than lookup's
@@ -361,10 +385,10 @@ class CostAware(Policy):
         # optimistic Thompson sampling: only upward draws, so noise never cuts
         # a draft the estimates already favour; it only tries k they do not
         z = max(float(self.rng.standard_normal()), 0.0)
-        alphas = acc.rates(limit, z=z)
+        alphas = with_counts(acc.rates(limit, z=z), situation.counts)
         rates = self.rates(alphas, situation)
         k = _best(rates)
-        mean = self.rates(acc.rates(limit), situation) if k and z else rates
+        mean = self.rates(with_counts(acc.rates(limit), situation.counts), situation) if k and z else rates
         probe = bool(k and z) and _best(mean) == 0
         k = _explore(rates, mean, k, self.explore_near)  # past the estimates' best: only as far as the draw favours
         if k and situation.lag > 2:
@@ -389,12 +413,13 @@ class CostAware(Policy):
         An option whose estimates favour a plain step, drafting only by its
         draw, is probed as in `choose`: at the shortest k its draw favours."""
         limit, offered = min(limit, self.k_max), min(offered, self.k_max)
+        counts, situation = situation.counts, replace(situation, counts=())  # the offer's, not the model's
         if offered <= 0 or (limit > 0 and situation.lag <= 2 and not self._acc(MODEL_KEY).reached):
             # no offer, or the model has not drafted yet and its cache is in
             # step: it drafts once now, while learning what it is worth is cheap
             return (self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0), False
         if limit <= 0:  # lookup alone: nothing to weigh it against
-            return self.choose(key, offered, situation), True
+            return self.choose(key, offered, replace(situation, counts=counts)), True
         # one upward draw for the round, shared by both options: each is scored
         # that many of its own posterior deviations above its estimate, so the
         # option the evidence knows less about gains more, and an option rated
@@ -404,12 +429,12 @@ class CostAware(Policy):
         # benchmarks/policy_replay.py.)
         z = max(float(self.rng.standard_normal()), 0.0)
         offer, model = self._acc(key), self._acc(MODEL_KEY)
-        take = [step_rate(offer.rates(offered, z=z), k, self.verify_s, 0.0, situation, self.pick_s)
-                for k in range(offered + 1)]
+        take = [step_rate(with_counts(offer.rates(offered, z=z), counts), k, self.verify_s, 0.0, situation,
+                          self.pick_s) for k in range(offered + 1)]
         k_take = _best(take)
         if k_take and z:  # exploring the offer, as in `choose`
-            k_take = _explore(take, [step_rate(offer.rates(offered), n, self.verify_s, 0.0, situation, self.pick_s)
-                                     for n in range(offered + 1)], k_take, self.explore_near)
+            k_take = _explore(take, [step_rate(with_counts(offer.rates(offered), counts), n, self.verify_s, 0.0, situation,
+                                               self.pick_s) for n in range(offered + 1)], k_take, self.explore_near)
         alphas = model.rates(limit, z=z)
         rates = self.rates(alphas, situation)
         k = 1 + _best(rates[1:])

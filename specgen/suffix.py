@@ -232,6 +232,20 @@ def split_depth(sam: SuffixAutomaton, v: int, tokens: Sequence[int]) -> int:
     return len(tokens)
 
 
+def path_counts(sam: SuffixAutomaton, v: int, tokens: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """The index's evidence for each of a draft's tokens walked from state v: (seen,
+    total), how many earlier occurrences of the match so far went on with that
+    token, of all that went on (a separator ends a document: not counted). Past a
+    step the automaton lacks (an overlapping copy beyond the stream's end): (0, 0),
+    no evidence. `policy.with_counts` turns them into the draft's acceptance."""
+    count, nxt, out = sam.count, sam.nxt, []
+    for tok in tokens:
+        w = nxt[v].get(tok) if v >= 0 else None
+        out.append((count[w], sum(count[x] for t, x in nxt[v].items() if t >= 0)) if w is not None else (0, 0))
+        v = -1 if w is None else w
+    return tuple(out)
+
+
 def key_bucket(key: int) -> int:
     """The match-length bucket of a Draft.key."""
     return key % KEY_AGREED
@@ -320,7 +334,7 @@ class SuffixDrafter(PerSequence):
 
     def __init__(self, *, global_cache: bool = False, choice: str = LATEST, min_match: int = 1,
                  min_global_match: int = MIN_GLOBAL_MATCH, max_global_tokens: int = 1 << 16,
-                 max_walk: int = 64, cut_at_split: bool = True) -> None:
+                 max_walk: int = 64, cut_at_split: bool = True, counts: bool = False) -> None:
         if choice not in CHOICES:
             raise ValueError(f"unknown continuation choice '{choice}' (choose {', '.join(CHOICES)})")
         if min_match < 1:
@@ -330,6 +344,9 @@ class SuffixDrafter(PerSequence):
         self.min_global_match = max(min_global_match, min_match)
         self.max_walk = max_walk
         self.cut_at_split = cut_at_split  # end a draft before a varying field (`split_depth`)
+        # give the policy the index's counts along each draft (`path_counts`). Off: replayed on
+        # the agent and bundled workloads they did not choose better lengths (README)
+        self.counts = counts
         self.global_index = GlobalIndex(max_global_tokens, max_walk) if global_cache else None
         # With the global index, the process also remembers what its drafts were worth:
         # one cost policy's acceptance statistics by Draft.key, shared by the requests that
@@ -413,7 +430,10 @@ class SuffixDrafter(PerSequence):
             return Draft()
         if self.cut_at_split:
             tokens = tokens[: split_depth(sam, v, tokens)]
-        return Draft(tokens, key=key + agreement(sam, v, tokens[0]))
+        draft = Draft(tokens, key=key + agreement(sam, v, tokens[0]))
+        if self.counts:
+            draft.counts = path_counts(sam, v, tokens)
+        return draft
 
     def propose_tree(self, context, k: int, width: int, seq: int = 0) -> DraftTree:
         """Branch 0: `propose_one`'s draft; up to width - 1 more branches that leave it

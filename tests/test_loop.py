@@ -200,3 +200,30 @@ def test_an_offer_the_round_passes_over_is_judged_against_what_it_emitted():
     assert gen.tokens == [2, 3, 4, 5]
     # [3, 4, 9] against the emitted [3]: matched as far as known; [9, 5] against [4]: rejected at once
     assert policy.seen == [(7, 1, 1), (7, 1, 0)]
+
+
+def test_the_policy_reads_a_free_drafts_counts_cut_to_the_round():
+    """A free drafter's per-token evidence (Draft.counts) reaches the policy with its offer."""
+    from specgen.policy import FixedK
+
+    class Recording(FixedK):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def choose_offer(self, key, offered, limit, situation=None):
+            self.seen.append(situation.counts)
+            return offered, True
+
+    class Counted(ScriptedDrafter):
+        def propose_one(self, context, k, params=None, rng=None, seq=0):
+            d = super().propose_one(context, k, params, rng, seq)
+            d.counts = tuple((i + 1, 5) for i in range(len(d.tokens) + 1))  # one more than its tokens
+            return d
+
+    policy = Recording()
+    gen = Generation(FakeEngine(chain_table(20)), [1], Counted([[3, 4, 5], [7, 8]]), draft_max=2, max_tokens=10,
+                     policy=policy)
+    run(gen)
+    assert policy.seen[:2] == [((1, 5), (2, 5)), ((1, 5), (2, 5))]
+    assert gen.tokens[:4] == [2, 3, 4, 5]

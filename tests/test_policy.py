@@ -5,7 +5,7 @@ import pytest
 
 from specgen.drafters import Draft
 from specgen.policy import (CostAware, FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate,
-                            unused_offer_outcome)
+                            unused_offer_outcome, with_counts)
 
 # A CPU-like verify curve: n rows cost 14 ms * (1 + 0.35 (n - 1))
 CPU = [0.0] + [0.014 * (1 + 0.35 * (n - 1)) for n in range(1, 33)]
@@ -447,3 +447,40 @@ def test_past_a_drafting_best_a_draw_explores_only_the_next_positions():
     picks = [p.choose_offer(2, 16, 8, Situation(lag=1)) for _ in range(400)]
     assert {k for k, take in picks if not take} == {3, 4}
 
+
+def test_with_counts_weighs_the_index_counts_against_the_measured_rate():
+    rates = [0.6, 0.5, 0.4]
+    assert with_counts(rates, ()) == rates
+    assert with_counts(rates, [(0, 0)] * 3) == rates  # steps without evidence keep their rate
+    assert with_counts(rates, [(3, 3), (1, 4), (0, 0)], strength=1.0) == pytest.approx([3.6 / 4, 1.5 / 5, 0.4])
+    assert with_counts(rates, [(3, 3)], strength=2.0) == pytest.approx([4.2 / 5, 0.5, 0.4])
+    assert with_counts([0.5], [(1, 4)], strength=0.0) == [0.25]  # no weight on the rate: the index's share
+    # ample evidence outweighs the measured rate either way; counts past the rates are ignored
+    assert with_counts([0.5], [(1000, 1000)])[0] > 0.99 and with_counts([0.5], [(0, 1000)])[0] < 0.01
+    assert with_counts([0.5], [(1, 1), (1, 1)]) == [0.75]
+
+
+def test_a_draft_length_follows_the_index_counts():
+    """One key, one measured acceptance: a draft whose every step the index saw go on
+    alike many times is verified long, one it saw go on in different ways not at all."""
+    p = CostAware(16, CPU, seed=0)
+    feed(p, alpha=0.7, rounds=300)
+    sure = Situation(counts=((30, 30),) * 16)
+    split = Situation(counts=((1, 4),) * 16)
+    plain = [p.choose(0, 16) for _ in range(30)]
+    assert 1 <= np.median(plain) <= 3
+    assert min(p.choose(0, 16, sure) for _ in range(30)) >= 12
+    assert max(p.choose(0, 16, split) for _ in range(30)) <= 1
+    # the same through choose_offer with no model, and only the counts given are read
+    assert min(p.choose_offer(0, 16, 0, sure)[0] for _ in range(30)) >= 12
+    assert min(p.choose(0, 16, Situation(counts=((30, 30),) * 2)) for _ in range(30)) <= 3
+
+
+def test_an_offers_counts_never_speak_for_the_draft_model():
+    p = CostAware(8, CPU, draft_step_s=0.002, seed=0)
+    split = Situation(lag=1, counts=((0, 50),) * 8)
+    for _ in range(40):  # the model drafts well
+        k, take = p.choose_offer(1, 0, 8, split)
+        p.update(0, k, k, CPU[k + 1])
+    # no offer: the model's k is not cut by counts meant for an offer
+    assert np.median([p.choose_offer(1, 0, 8, split)[0] for _ in range(20)]) >= 4

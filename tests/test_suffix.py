@@ -365,3 +365,53 @@ def test_a_draft_ends_before_a_varying_field():
     for value in (20, 21, 22):
         d.remember([5, 6, 7, value, 8, 9])
     assert d.propose_one([1, 5, 6], 4, seq=1).tokens == [7, 22, 8, 9]
+
+
+def _counts_by_scan(pattern, draft, docs):
+    """path_counts by counting occurrences: at step i, (how often pattern + draft[:i + 1]
+    occurred, how often pattern + draft[:i] occurred and went on); none past a step never seen."""
+    from specgen.suffix import _ends
+
+    out = []
+    for i in range(len(draft)):
+        s, seen = list(pattern) + draft[:i], list(pattern) + draft[: i + 1]
+        n_seen = sum(len(_ends(seen, d)) for d in docs)
+        if not n_seen or (out and out[-1] == (0, 0)):
+            out.append((0, 0))
+            continue
+        total = sum(1 for d in docs for e in _ends(s, d) if e + 1 < len(d) and d[e + 1] >= 0)
+        out.append((n_seen, total))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_draft_counts_are_the_index_evidence_along_the_drafted_path(seed):
+    rng = np.random.default_rng(seed)
+    alphabet = 2 + seed % 3
+    toks = _random_stream(rng, 40, alphabet)
+    d = SuffixDrafter(cut_at_split=False, max_walk=1 << 20, counts=True)  # uncapped walk: exact counts
+    checked = 0
+    for _ in range(30):
+        got = d.propose_one(toks, 6)
+        draft, length, _ = suffix_draft(toks, 6, cut_at_split=False)
+        assert got.tokens == draft
+        if draft:
+            # the local index holds the stream itself; its last occurrence goes on with nothing yet
+            assert got.counts == _counts_by_scan(toks[len(toks) - length:], draft, [toks])
+            checked += 1
+        toks += _random_stream(rng, int(rng.integers(1, 3)), alphabet)
+    assert checked > 10
+    assert SuffixDrafter().propose_one(toks, 6).counts == ()  # off by default
+
+
+def test_draft_counts_of_a_global_match_stop_at_a_document_end():
+    docs = [[5, 6, 7]] + [[5, 6, 7, v, 8, 9] for v in (20, 21, 22)]
+    d = SuffixDrafter(global_cache=True, min_global_match=1, cut_at_split=False, counts=True)
+    for doc in docs:
+        d.remember(doc)
+    got = d.propose_one([1, 5, 6], 4, seq=1)
+    # "5 6" went on with 7 four times; "5 6 7" went on three times (the first document
+    # ends after it), once with each value; past the value the copy agrees
+    assert got.tokens == [7, 22, 8, 9]
+    assert got.counts == ((4, 4), (1, 3), (1, 1), (1, 1))
+    assert got.counts == _counts_by_scan([5, 6], got.tokens, [doc + [-1] for doc in docs])
