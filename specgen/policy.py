@@ -104,6 +104,8 @@ def with_counts(rates: Sequence[float], counts: Sequence[tuple[int, int]],
         if total > 0:
             out[i] = (seen + strength * out[i]) / (total + strength)
     return out
+
+
 MODEL_KEY = 0  # a draft model's rounds; prompt lookup's keys are its match lengths (>= 1)
 # A draft model's acceptance before evidence: (mean, weight in rounds). A model
 # paired with a target varies less from request to request than lookup's
@@ -318,7 +320,7 @@ class CostAware(Policy):
     the positions past b are often unseen, their estimates inherit b's with
     a wide spread, and one draw lifts them all (a translated draft's k = 1
     break-even round explored at k = 6 lost 5-10 % over 48 tokens; replayed,
-    benchmarks/translate_replay.py). Its round pays the whole catch-up of the draft's
+    benchmarks/translate_replay.py). A probe's round pays the whole catch-up of the draft's
     cache: the estimates expect plain rounds after it, so nothing amortises it.
     Any other round amortises a catch-up over no more rounds than its estimate
     rests on (the first position's decayed count plus the prior's weight):

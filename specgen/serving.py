@@ -8,7 +8,8 @@ ONE `decode_batch` over all active sequences, bounded by n_batch:
   decode row), planned by that request's own `Generation` state machine;
 - prompt prefill chunks of newly admitted requests, with logits only on a
   prompt's last row, in whatever budget the verify rows leave (beside
-  generating sequences, a step stays under SHARED_STEP_ROWS rows).
+  generating sequences whose reserved verify rows leave room under
+  SHARED_STEP_ROWS, the step stays under it: the prompt goes in chunks).
 
 Acceptance and rollback stay in `Generation.settle` (each sequence rolls back
 its own rejected tail); each request keeps its own seeded rng. Drafting goes
@@ -454,7 +455,9 @@ class Server:
         prefilling = [a for a in active if a.prefilling]
         reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
         budget = self.target.n_batch - reserved
-        if generating and reserved < SHARED_STEP_ROWS:  # prefill beside decoding sequences: in small chunks
+        # prefill beside decoding sequences: in chunks under SHARED_STEP_ROWS, unless their
+        # reservation fills that already (capping then would starve prompts of a busy server)
+        if generating and reserved < SHARED_STEP_ROWS:
             budget = min(budget, SHARED_STEP_ROWS - reserved)
         prefill_parts = []
         for a in prefilling:

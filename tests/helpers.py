@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +79,19 @@ def specgen(*args, env: dict | None = None, timeout: float = 120, **kw) -> subpr
 def start_specgen(*args, env: dict | None = None, **kw) -> subprocess.Popen:
     """`python -m specgen ARGS` started; kw as for subprocess.Popen (stdin=, stdout=, stderr=)."""
     return subprocess.Popen([sys.executable, "-m", "specgen", *args], env=specgen_env(env), **kw)
+
+
+# -- stub HTTP servers on 127.0.0.1 (the bench client's tests) ------------------------
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """A stub server's side of one request: its head, its body read and dropped."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    await reader.readexactly(int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)))
+    return head
+
+
+async def loopback_server(handle) -> tuple[asyncio.AbstractServer, str]:
+    """An asyncio server for `handle` on a free loopback port, and its URL."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import loopback_server, read_request
 from openai_stub import StubServer
 from specgen.bench.http import (
     Endpoint, Sampling, error_text, merge, parse_counters, parse_endpoints, request_body, run_measures, spec_stats,
@@ -314,8 +314,7 @@ async def sized_server(answers: int, opened: list):
         opened.append(writer)
         try:
             for i in range(answers + 1):
-                head = await reader.readuntil(b"\r\n\r\n")
-                await reader.readexactly(int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)))
+                await read_request(reader)
                 if i == answers:
                     break
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
@@ -325,8 +324,7 @@ async def sized_server(answers: int, opened: list):
             pass
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    return await loopback_server(handle)
 
 
 @pytest.mark.parametrize("answers, connections", [(2, 3), (0, 5)])

@@ -16,6 +16,7 @@ import types
 import h11
 import pytest
 
+from helpers import loopback_server, read_request
 from specgen.bench import stream
 from specgen.bench.http import Endpoint, _Reader, stream_one
 from specgen.bench.stream import BodyToClose, ChunkedBody, FramingError, SizedBody, StreamPool, _Connection
@@ -173,16 +174,14 @@ async def raw_server(answers: list[bytes], opened: list):
         opened.append(writer)
         try:
             for answer in answers:
-                head = await reader.readuntil(b"\r\n\r\n")
-                await reader.readexactly(int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)))
+                await read_request(reader)
                 writer.write(answer)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    return await loopback_server(handle)
 
 
 def run_requests(answers: list[bytes], n: int) -> tuple[list[dict], int]:
