@@ -291,7 +291,11 @@ def config_drafter(name: str):
     if base not in ("current", "local"):
         raise SystemExit(f"unknown config {name}")
     # e.g. cut_at_split=0, choice=frequent
-    d = SuffixDrafter(global_cache=base == "current", **{k: int(v) if v.lstrip("-").isdigit() else v for k, v in kw.items()})
+    values = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in kw.items()}
+    try:
+        d = SuffixDrafter(global_cache=base == "current", **values)
+    except (TypeError, ValueError) as err:
+        raise SystemExit(f"config {name}: {err}") from None
     if fresh:
         d.policy_stats = None
     return d
@@ -368,7 +372,8 @@ def main(argv=None) -> None:
                 if pick not in ("", "oracle", "pool") or (pick == "pool" and not hasattr(drafter, "global_index")):
                     raise SystemExit(f"unknown pick in {c} (pick=oracle, or pool for a suffix config)")
                 res = replay(reqs, drafter, args.k_max, curve, lambda: make_policy("cost", args.k_max, e, shared=shared),
-                             hindsight="hindsight=1" in c, pick=pick, lengths={rid: ls[0] for rid, ls in lens.items()}, host=not args.no_host)
+                             hindsight="hindsight=1" in c, pick=pick, lengths={rid: ls[0] for rid, ls in lens.items()},
+                             host=not args.no_host)
                 for r, (rid, prompt, _) in zip(res, reqs):
                     rows[rid][c] = {**r, "vs_plain": r["tokens_per_s"] / plain_rate,
                                     "diagnosis": diagnose(r.pop("trace"), lens[rid][0], len(prompt))}
