@@ -17,6 +17,13 @@ Two ceilings beside the replayed configs (no drafter can beat them):
   that long and sized by dynamic programming on the verify curve (k <= k_max);
 - `oracle-local`: the same without earlier requests.
 
+And two ceilings on the drafter's choice of continuation alone (what it copies,
+not how long), each sized by the real cost policy: `CONFIG:pick=oracle` drafts
+the longest continuation available anywhere (as `oracle`) under the drafter's
+key; `CONFIG:pick=pool` the best of the continuations the drafter's own indexes
+offer (`pool_candidates`: latest, most frequent, each next token's latest, at
+every match length), the bound of any rule that chooses among them.
+
 Each replayed or ceiling figure is a ratio to plain priced the same way
 (verify(1) a token); `vs llama best` multiplies it by the measured ratio of
 plain to llama.cpp's best type for that request, in the same run as the records:
@@ -44,13 +51,16 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's specgen, never a
 
 class _Clock:
     """time.perf_counter for specgen.decoding: this process's CPU time (the host's work,
-    blind to other processes on a shared CPU) plus the virtual target passes."""
+    blind to other processes on a shared CPU) plus the virtual target passes. host=False:
+    the target passes alone, so a replay is the same to the last digit run after run
+    (CPU time still moves with the machine's load by ~1 %, enough to blur a small change)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: bool = True) -> None:
         self.offset = 0.0
+        self.host = host
 
     def perf_counter(self) -> float:
-        return time.process_time() + self.offset
+        return (time.process_time() if self.host else 0.0) + self.offset
 
 
 class _Row:
@@ -102,22 +112,43 @@ class ReplayTarget:
         return self.decode(seq, tokens, 1)[0]
 
 
-def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = False) -> list[dict]:
+def accepted(draft, truth) -> int:
+    """How many of draft's tokens plain's text accepts (truth: plain's tokens from there)."""
+    return next((j for j, t in enumerate(draft) if j >= len(truth) or t != truth[j]), len(draft))
+
+
+def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = False, pick: str = "",
+           lengths: dict | None = None, host: bool = True) -> list[dict]:
     """Each request through the real loop in order (one drafter across them).
     hindsight: every proposal is cut to the part plain's text accepts and drafted
-    whole (a fixed k): the drafter's proposals under a perfect draft length."""
+    whole (a fixed k): the drafter's proposals under a perfect draft length.
+    pick: a ceiling on the drafter's choice of continuation, sized by the real policy:
+    `oracle`, every proposal replaced by the longest continuation available anywhere
+    (lengths[rid]: per output position, as `longest_continuations`), under the
+    drafter's key; `pool`, by the best of the index's own candidates (`pool_candidates`).
+    host=False: the host's work costs nothing (see _Clock)."""
     import specgen.decoding as decoding
     from specgen.decoding import Generation
 
-    clock = _Clock()
+    clock = _Clock(host)
     real_time, decoding.time = decoding.time, clock
     out = []
     try:
         for rid, prompt, plain in requests:
             target = ReplayTarget(list(prompt) + list(plain), curve, clock)
 
-            def propose(wants, _propose=type(drafter).propose, _t=target):
+            def propose(wants, _propose=type(drafter).propose, _t=target, _n=len(prompt), _rid=rid):
                 drafts = _propose(drafter, wants)
+                for w, d in zip(wants, drafts) if pick else ():
+                    truth = _t.truth[len(w.context):len(w.context) + w.k]
+                    if pick == "oracle":
+                        at = len(w.context) - _n
+                        d.tokens = truth[: lengths[_rid][at]] if at < len(lengths[_rid]) else []
+                    else:
+                        best = max(pool_candidates(drafter, w.seq, w.k), key=lambda c: accepted(c, truth), default=[])
+                        if accepted(best, truth) > accepted(d.tokens, truth):
+                            d.tokens = best
+                    d.counts = ()
                 if hindsight:
                     for w, d in zip(wants, drafts):
                         truth = _t.truth[len(w.context):]
@@ -139,6 +170,42 @@ def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = 
                         "k_hist": dict(sorted(st.k_chosen.items())), "trace": target.trace})
     finally:
         decoding.time = real_time
+    return out
+
+
+def pool_candidates(drafter, seq: int, k: int) -> list[list[int]]:
+    """Every continuation a SuffixDrafter's indexes offer for its sequence's context
+    now: at the match of each index (local, and global from min_global_match) and
+    at every shorter match down its suffix links, what followed the latest
+    occurrence, the most frequent path, and the latest occurrence of each next
+    token seen. The best of them is the ceiling of any rule choosing among them."""
+    st = drafter._seqs.get(seq)
+    if st is None:
+        return []
+    out = []
+    sam = st.sam
+    n = len(sam.tokens)
+    if sam.match:  # the local index: an end at n - 1 is the context itself, not an earlier occurrence
+        out += _chain(sam, sam.match, k, 1, n - 1, sam.match_end)
+    m = st.matcher
+    if m is not None and m.state and m.length >= drafter.min_global_match:
+        g = drafter.global_index.sam
+        out += _chain(g, m.state, k, drafter.min_global_match, len(g.tokens), None, m.length)
+    return [c for c in out if c]
+
+
+def _chain(sam, v, k, min_len, limit, first_end, length=None):
+    out = []
+    length = sam.length[v] if length is None else length
+    while v > 0 and min(length, sam.length[v]) >= min_len:
+        end = first_end if first_end is not None and not out else sam.last_end[v]
+        if end < limit:
+            out.append(sam.after(end, k))
+        out.append(sam.frequent(v, k))
+        out += [[t] + sam.after(sam.last_end[w], k - 1) for t, w in sam.nxt[v].items()
+                if t >= 0 and sam.last_end[w] < limit]
+        v = sam.link[v]
+        length = sam.length[v]
     return out
 
 
@@ -218,11 +285,17 @@ def config_drafter(name: str):
     kw = dict(o.split("=") for o in opts.split(",") if o)
     fresh = kw.pop("shared", "1") == "0"  # shared=0: a fresh policy per request (no carried statistics)
     kw.pop("hindsight", None)  # replay's: perfect draft lengths for this drafter's proposals
+    kw.pop("pick", None)  # replay's: a ceiling on the choice of continuation
     if base == "lookup":
         return PromptLookup()
     if base not in ("current", "local"):
         raise SystemExit(f"unknown config {name}")
-    d = SuffixDrafter(global_cache=base == "current", **{k: int(v) for k, v in kw.items()})  # e.g. cut_at_split=0
+    # e.g. cut_at_split=0, choice=frequent
+    values = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in kw.items()}
+    try:
+        d = SuffixDrafter(global_cache=base == "current", **values)
+    except (TypeError, ValueError) as err:
+        raise SystemExit(f"config {name}: {err}") from None
     if fresh:
         d.policy_stats = None
     return d
@@ -255,6 +328,8 @@ def main(argv=None) -> None:
     ap.add_argument("--oracle-k", type=int, default=0, help="the ceiling's k_max (default: --k-max)")
     ap.add_argument("--no-oracle", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="write per-request figures here")
+    ap.add_argument("--no-host", action="store_true",
+                    help="price the target passes only, not the host's CPU time: the same figures on every run")
     args = ap.parse_args(argv)
 
     from suffix import agent_example_requests, agent_requests, bundled_requests
@@ -293,8 +368,12 @@ def main(argv=None) -> None:
             for c in args.configs:
                 drafter = config_drafter(c)
                 shared = getattr(drafter, "policy_stats", None)  # as benchmarks/suffix.py and bench do
+                pick = next((o[5:] for o in c.partition(":")[2].split(",") if o.startswith("pick=")), "")
+                if pick not in ("", "oracle", "pool") or (pick == "pool" and not hasattr(drafter, "global_index")):
+                    raise SystemExit(f"unknown pick in {c} (pick=oracle, or pool for a suffix config)")
                 res = replay(reqs, drafter, args.k_max, curve, lambda: make_policy("cost", args.k_max, e, shared=shared),
-                             hindsight="hindsight=1" in c)
+                             hindsight="hindsight=1" in c, pick=pick, lengths={rid: ls[0] for rid, ls in lens.items()},
+                             host=not args.no_host)
                 for r, (rid, prompt, _) in zip(res, reqs):
                     rows[rid][c] = {**r, "vs_plain": r["tokens_per_s"] / plain_rate,
                                     "diagnosis": diagnose(r.pop("trace"), lens[rid][0], len(prompt))}

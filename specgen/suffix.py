@@ -15,7 +15,8 @@ one begins on its sequence, or through `remember(tokens)`. The global index is
 bounded: past `max_global_tokens` it is rebuilt from the most recent documents
 (half the cap), so rebuilding costs O(1) amortised per remembered token.
 The longer of the local and the global match drafts; the local one on ties,
-and a global one only from MIN_GLOBAL_MATCH tokens.
+a global one only from MIN_GLOBAL_MATCH tokens, and not at a varying field when
+the request has a match of its own (`continuations.global_drafts`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Sequence
 
+from specgen.continuations import (  # noqa: F401 - KEY_*, key_bucket, MIN_GLOBAL_MATCH: this module's API too
+    AGREED_SHARE, KEY_AGREED, KEY_GLOBAL, KEY_SINGLE, KEY_SPLIT, MAX_AGREE_FANOUT, MIN_GLOBAL_MATCH, agreement,
+    global_drafts, key_bucket, match_bucket, path_counts, split_depth,
+)
 from specgen.drafters import Draft, PerSequence
 from specgen.trees import DraftTree
 
@@ -182,86 +187,6 @@ class Matcher:
 
 # -- the drafter -------------------------------------------------------------
 
-# Draft.key = match_bucket(length) + agreement (KEY_SINGLE, KEY_AGREED, KEY_SPLIT)
-# + KEY_GLOBAL for a global match: the policy learns the acceptance of each apart.
-KEY_SINGLE = 0  # the match was followed once before: nothing to compare
-KEY_AGREED = 8  # followed at least twice, (nearly) always by the drafted token: structure
-KEY_SPLIT = 16  # followed by different tokens: a slot whose value varies (a field of a form)
-KEY_GLOBAL = 32  # added to the key of a global match
-AGREED_SHARE = 0.75
-MAX_AGREE_FANOUT = 8  # a state followed by more kinds of token than this is split
-# Shorter matches in other requests are chance (measured: ~1 % of such drafts
-# accepted against 15-35 % for 1-3 token matches in the request itself).
-MIN_GLOBAL_MATCH = 4
-
-
-def agreement(sam: SuffixAutomaton, v: int, tok: int) -> int:
-    """KEY_SINGLE, KEY_AGREED or KEY_SPLIT: how the earlier occurrences of state v's
-    strings went on, against the drafted first token `tok`."""
-    kids = sam.nxt[v]
-    if len(kids) > MAX_AGREE_FANOUT:
-        return KEY_SPLIT
-    count = sam.count
-    total = sum(count[w] for t, w in kids.items() if t >= 0)
-    if total <= 1:
-        return KEY_SINGLE
-    w = kids.get(tok)
-    return KEY_AGREED if w is not None and count[w] >= AGREED_SHARE * total else KEY_SPLIT
-
-
-def split_depth(sam: SuffixAutomaton, v: int, tokens: Sequence[int]) -> int:
-    """How many of a draft's tokens to keep: up to the first one, past the first,
-    where the earlier occurrences of the match so far went on in different ways
-    (seen at least twice, the drafted token in fewer than AGREED_SHARE of them): a
-    varying field after fixed text. Verifying the fixed text alone lets the target's
-    own token fill the field; a guess there would mostly be rejected. Walking
-    stops where the index has no evidence (a continuation past its end)."""
-    count, nxt = sam.count, sam.nxt
-    for d, tok in enumerate(tokens):
-        kids = nxt[v]
-        w = kids.get(tok)
-        if w is None:
-            break
-        if d and len(kids) > 1:
-            if len(kids) > MAX_AGREE_FANOUT:
-                return d
-            total = sum(count[x] for t, x in kids.items() if t >= 0)
-            if total >= 2 and count[w] < AGREED_SHARE * total:
-                return d
-        v = w
-    return len(tokens)
-
-
-def path_counts(sam: SuffixAutomaton, v: int, tokens: Sequence[int]) -> tuple[tuple[int, int], ...]:
-    """The index's evidence for each of a draft's tokens walked from state v: (seen,
-    total), how many earlier occurrences of the match so far went on with that
-    token, of all that went on (a separator ends a document: not counted). Past a
-    step the automaton lacks (an overlapping copy beyond the stream's end): (0, 0),
-    no evidence. `policy.with_counts` turns them into the draft's acceptance."""
-    count, nxt, out = sam.count, sam.nxt, []
-    for tok in tokens:
-        w = nxt[v].get(tok) if v >= 0 else None
-        out.append((count[w], sum(count[x] for t, x in nxt[v].items() if t >= 0)) if w is not None else (0, 0))
-        v = -1 if w is None else w
-    return tuple(out)
-
-
-def key_bucket(key: int) -> int:
-    """The match-length bucket of a Draft.key."""
-    return key % KEY_AGREED
-
-
-def match_bucket(length: int) -> int:
-    """A match length grouped for the policy: 1, 2, 3, then 4-7, 8-15, 16+ (measured:
-    acceptance rises steeply to ~8 tokens of match and is flat beyond 16)."""
-    if length < 4:
-        return length
-    if length < 8:
-        return 4
-    if length < 16:
-        return 5
-    return 6
-
 
 class _Local:
     def __init__(self, sam: SuffixAutomaton, matcher: Matcher | None, version: int) -> None:
@@ -334,7 +259,8 @@ class SuffixDrafter(PerSequence):
 
     def __init__(self, *, global_cache: bool = False, choice: str = LATEST, min_match: int = 1,
                  min_global_match: int = MIN_GLOBAL_MATCH, max_global_tokens: int = 1 << 16,
-                 max_walk: int = 64, cut_at_split: bool = True, counts: bool = False) -> None:
+                 max_walk: int = 64, cut_at_split: bool = True, counts: bool = False,
+                 local_at_split: bool = True) -> None:
         if choice not in CHOICES:
             raise ValueError(f"unknown continuation choice '{choice}' (choose {', '.join(CHOICES)})")
         if min_match < 1:
@@ -344,6 +270,7 @@ class SuffixDrafter(PerSequence):
         self.min_global_match = max(min_global_match, min_match)
         self.max_walk = max_walk
         self.cut_at_split = cut_at_split  # end a draft before a varying field (`split_depth`)
+        self.local_at_split = local_at_split  # a varying field's value from this request (`global_drafts`)
         # give the policy the index's counts along each draft (`path_counts`). Off: replayed on
         # the agent and bundled workloads they did not choose better lengths (README)
         self.counts = counts
@@ -411,7 +338,10 @@ class SuffixDrafter(PerSequence):
         m = state.matcher
         if m is not None and m.length > local and m.length >= self.min_global_match:
             g = self.global_index.sam
-            if g.continuation(m.state, g.last_end[m.state], 1, self.choice):
+            first = g.continuation(m.state, g.last_end[m.state], 1, self.choice)
+            varies = bool(first) and self.local_at_split and agreement(g, m.state, first[0]) == KEY_SPLIT
+            if first and global_drafts(local, m.length, varies, min_match=self.min_match,
+                                       min_global_match=self.min_global_match, local_at_split=self.local_at_split):
                 return g, m.state, g.last_end[m.state], KEY_GLOBAL + match_bucket(m.length)
         if local >= self.min_match:
             return sam, sam.match, sam.match_end, match_bucket(local)
@@ -508,20 +438,21 @@ def branch_tree(sam: SuffixAutomaton, v: int, main: Sequence[int], k: int, width
 
 def suffix_draft(tokens: Sequence[int], k: int, choice: str = LATEST, docs: Sequence[Sequence[int]] = (),
                  min_match: int = 1, min_global_match: int = MIN_GLOBAL_MATCH,
-                 cut_at_split: bool = True) -> tuple[list[int], int, bool]:
+                 cut_at_split: bool = True, local_at_split: bool = True) -> tuple[list[int], int, bool]:
     """Reference (brute-force scan), the specification of SuffixDrafter.
 
     The longest suffix of `tokens` that ended earlier in `tokens`, and the
     longest that occurs in one of `docs` (if at least min_global_match long);
-    the longer drafts (tokens on a tie), cut before a varying field
-    (`split_depth`). Returns (draft, match length, from docs).
+    the longer drafts (tokens on a tie; with local_at_split, tokens too when the
+    docs' match went on in different ways and tokens has a match), cut before a
+    varying field (`split_depth`). Returns (draft, match length, from docs).
     """
     local = _longest_earlier(tokens)
     glob = max((_longest_in(tokens, d) for d in docs), default=0)
     if glob > local and glob >= max(min_global_match, min_match):
         pattern, sources = tokens[len(tokens) - glob:], [list(d) for d in docs]
         draft = _continue(pattern, sources, k, choice)
-        if draft:
+        if draft and not (local_at_split and local >= min_match and _varies(pattern, draft[0], sources)):
             return (_cut(pattern, draft, sources) if cut_at_split else draft), glob, True
     if local >= min_match:
         n = len(tokens)  # earlier occurrences end before the last token
@@ -537,11 +468,16 @@ def _cut(pattern, draft: list[int], docs: list[list[int]]) -> list[int]:
     where the earlier occurrences of pattern + the draft so far went on in different
     ways (at least two, the drafted token in fewer than AGREED_SHARE of them)."""
     for d in range(1, len(draft)):
-        s = list(pattern) + draft[:d]
-        nxt = [doc[e + 1] for doc in docs for e in _ends(s, doc) if e + 1 < len(doc)]
-        if len(set(nxt)) > MAX_AGREE_FANOUT or (len(nxt) >= 2 and nxt.count(draft[d]) < AGREED_SHARE * len(nxt)):
+        if _varies(list(pattern) + draft[:d], draft[d], docs):
             return draft[:d]
     return draft
+
+
+def _varies(s, tok: int, docs: list[list[int]]) -> bool:
+    """KEY_SPLIT by counting: s went on in more than MAX_AGREE_FANOUT ways, or at least
+    twice with tok in fewer than AGREED_SHARE of them."""
+    nxt = [doc[e + 1] for doc in docs for e in _ends(s, doc) if e + 1 < len(doc)]
+    return len(set(nxt)) > MAX_AGREE_FANOUT or (len(nxt) >= 2 and nxt.count(tok) < AGREED_SHARE * len(nxt))
 
 
 def _ends(pattern: Sequence[int], doc: Sequence[int]) -> list[int]:

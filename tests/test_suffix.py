@@ -138,7 +138,7 @@ def test_finished_generation_is_remembered_when_the_next_begins():
     d.propose_one([1, 2, 3, 4, 5, 6, 7], 1)
     assert d.propose_one([1, 2, 3, 4, 5, 6, 7], 1).tokens == []  # a request never drafts from itself
     d.begin(0)
-    assert d.propose_one([1, 2, 3, 4], 2).tokens == [5, 6]
+    assert d.propose_one([1, 2, 3, 4, 5], 2).tokens == [6, 7]
 
 
 def test_eviction_bounds_memory_and_keeps_recent_documents():
@@ -225,11 +225,11 @@ def test_match_bucket():
 
 
 def test_short_global_matches_do_not_draft():
-    d = SuffixDrafter(global_cache=True)  # MIN_GLOBAL_MATCH = 4
-    d.remember([1, 2, 3, 9, 9])
-    assert d.propose_one([5, 1, 2, 3], 2).tokens == []
-    d.remember([1, 2, 3, 4, 8, 8])
-    assert d.propose_one([5, 1, 2, 3, 4], 2, seq=1).tokens == [8, 8]
+    d = SuffixDrafter(global_cache=True)  # MIN_GLOBAL_MATCH = 5
+    d.remember([1, 2, 3, 4, 9, 9])
+    assert d.propose_one([5, 1, 2, 3, 4], 2).tokens == []
+    d.remember([1, 2, 3, 4, 6, 8, 8])
+    assert d.propose_one([5, 1, 2, 3, 4, 6], 2, seq=1).tokens == [8, 8]
 
 
 # -- with the real model -------------------------------------------------------
@@ -365,6 +365,39 @@ def test_a_draft_ends_before_a_varying_field():
     for value in (20, 21, 22):
         d.remember([5, 6, 7, value, 8, 9])
     assert d.propose_one([1, 5, 6], 4, seq=1).tokens == [7, 22, 8, 9]
+
+
+def test_global_drafts_only_where_it_knows_more_than_the_request():
+    from specgen.continuations import global_drafts
+
+    assert global_drafts(2, 6, False, min_global_match=4)  # longer, fixed text: the form
+    assert not global_drafts(6, 6, False, min_global_match=4)  # a tie: the request's own
+    assert not global_drafts(2, 3, False, min_global_match=4)  # too short to trust
+    assert not global_drafts(2, 6, True, min_global_match=4)  # a varying field: the request's own match
+    assert global_drafts(0, 6, True, min_global_match=4)  # ... when it has one
+    assert global_drafts(1, 6, True, min_match=2, min_global_match=4)  # (of at least min_match)
+    assert global_drafts(2, 6, True, min_global_match=4, local_at_split=False)  # off: the longer, as before
+
+
+def test_a_varying_field_is_drafted_from_the_request_itself():
+    # earlier requests: a form whose field after "5 6 7" took a different value each
+    # time; this request wrote "7 30" before (its own value): the field is copied from
+    # it, and the form's fixed text still comes from the global index
+    docs = [[5, 6, 7, v, 8, 9] for v in (20, 21, 22)]
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    for doc in docs:
+        d.remember(doc)
+    ctx = [7, 30, 1, 5, 6, 7]  # local "7" (1 token) < global "5 6 7" (3), whose next token varies
+    got = d.propose_one(ctx, 3)
+    assert got.tokens == [30, 1, 5] and got.key < KEY_GLOBAL
+    assert suffix_draft(ctx, 3, docs=docs, min_global_match=1) == ([30, 1, 5], 1, False)
+    assert d.propose_one([1, 5, 6], 3, seq=1).tokens == [7]  # fixed text: global (cut before the field)
+    assert d.propose_one([2, 1, 5, 6, 7], 3, seq=2).tokens == [22, 8, 9]  # no own match: the latest value
+    off = SuffixDrafter(global_cache=True, min_global_match=1, local_at_split=False)
+    for doc in docs:
+        off.remember(doc)
+    assert off.propose_one(ctx, 3).tokens == [22, 8, 9]
+    assert suffix_draft(ctx, 3, docs=docs, min_global_match=1, local_at_split=False)[0] == [22, 8, 9]
 
 
 def _counts_by_scan(pattern, draft, docs):
