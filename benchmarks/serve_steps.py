@@ -17,6 +17,7 @@ step: JSON lines, one per (configuration, repeat, class), then a total.
 A --config is NAME or NAME=FLAGS, FLAGS from: --no-spec, -k N (fixed k),
 --shared-step-rows N (the prefill cap beside generating sequences,
 specgen.serving.SHARED_STEP_ROWS).
+--categories code-edit,reformat serves only those categories of the set.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def traced(server, log: list) -> None:
     server.step = one_step
 
 
-def closed_loop(serving, prompts: list[list[int]], ids: list[str], n: int, max_tokens: int, log: list) -> float:
+def closed_loop(serving, prompts: list[list[int]], ids: list[str], n: int, max_tokens: int, log: list):
     server = serving.new_server()
     traced(server, log)
     todo = list(range(len(prompts)))
@@ -97,7 +98,7 @@ def closed_loop(serving, prompts: list[list[int]], ids: list[str], n: int, max_t
     t0 = time.perf_counter()
     while server.busy:
         server.step()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, server
 
 
 def classify(rec: dict) -> str:
@@ -115,9 +116,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-c", "--ctx-size", type=int, default=4096)
+    ap.add_argument("--categories", default=None, help="comma-separated categories of the bundled set (default: all)")
     a = ap.parse_args()
     configs = dict(parse_config(c) for c in (a.config or ["default"]))
-    reqs = [r for r in load_requests(None) if r.prompt is not None]
+    cats = set(a.categories.split(",")) if a.categories else None
+    reqs = [r for r in load_requests(None) if r.prompt is not None and (cats is None or r.category in cats)]
+    if not reqs:
+        sys.exit(f"serve_steps: no bundled request in categories {a.categories}")
     servings = {}
     try:
         for name, cfg in configs.items():
@@ -132,7 +137,7 @@ def main() -> None:
                 S.SHARED_STEP_ROWS = configs[name]["shared_step_rows"]
                 prompts = [serving.target.tokenize(r.prompt) for r in reqs]
                 log: list = []
-                wall = closed_loop(serving, prompts, [r.id for r in reqs], a.concurrency, a.max_tokens, log)
+                wall, server = closed_loop(serving, prompts, [r.id for r in reqs], a.concurrency, a.max_tokens, log)
                 by = defaultdict(lambda: {"steps": 0, "s": 0.0, "decode_s": 0.0, "tokens": 0, "verify_rows": 0, "prefill_rows": 0})
                 for rec in log:
                     if rec["rows"] is None:
@@ -150,7 +155,8 @@ def main() -> None:
                                       "rows_per_step": (c["verify_rows"] + c["prefill_rows"]) / c["steps"]}), flush=True)
                 tokens = sum(rec["tokens"] for rec in log)
                 print(json.dumps({"config": name, "repeat": rep, "class": "total", "wall_s": wall, "steps": len(log),
-                                  "tokens": tokens, "tokens_per_s": tokens / wall}), flush=True)
+                                  "tokens": tokens, "tokens_per_s": tokens / wall,
+                                  "gate": server.gate.summary() if server.gate is not None else None}), flush=True)
     finally:
         for s in servings.values():
             s.close()

@@ -203,6 +203,80 @@ def test_engine_loop_refuses_a_full_queue_and_close_cancels_what_is_left():
     assert e.value.status == 503 and e.value.code == "shutting_down"
 
 
+
+class SlowFakeEngine(MultiFakeEngine):
+    """A fake engine whose passes take real time (and release the GIL), as llama_decode's do."""
+
+    def decode_batch(self, parts):
+        time.sleep(0.02)
+        return super().decode_batch(parts)
+
+
+def _closed_loop_client(el, first: list[Job], then: Job):
+    """Submit `first`; when the first of them ends, submit `then` at once (a closed-loop client)."""
+    import asyncio
+
+    from specgen.server.loop import Request
+    from specgen.server.schema import Spec
+
+    async def wait_end(r):
+        while (ev := await asyncio.wait_for(r.events.get(), 10))[0] not in ("done", "error"):
+            pass
+        return ev
+
+    async def main():
+        aloop = asyncio.get_running_loop()
+        reqs = [Request(j, [], Spec("plain", 0, "fixed"), aloop) for j in first]
+        for r in reqs:
+            el.submit(r)
+        await wait_end(reqs[0])
+        nxt = Request(then, [], Spec("plain", 0, "fixed"), aloop)
+        el.submit(nxt)
+        return [await wait_end(r) for r in reqs[1:] + [nxt]]
+
+    return asyncio.run(main())
+
+
+def test_engine_loop_waits_for_a_client_that_comes_back_after_its_request_ends(monkeypatch):
+    """A request ends; its client sends the next at once. The engine waits for it
+    (up to LINGER_S) instead of running the next step a sequence short."""
+    import specgen.server.loop as L
+
+    monkeypatch.setattr(L, "LINGER_S", 1.0, raising=False)  # far above the client's turnaround: the test cannot race
+    eng = SlowFakeEngine(chain_table(50), n_batch=64)
+    el = _engine_loop(eng, slots=2)
+    try:
+        ends = _closed_loop_client(el, [Job("a", [1], max_tokens=3), Job("b", [20], max_tokens=12)], Job("c", [40], max_tokens=3))
+    finally:
+        el.close()
+    assert [e[0] for e in ends] == ["done", "done"] and ends[1][3] == "<41><42><43>"
+    seqs = [{s for s, *_ in batch} for batch in eng.batches]
+    last_a = max(i for i, batch in enumerate(eng.batches) if any(toks == [3] for s, _, toks, _ in batch if s == 0))
+    c_prefill = next(i for i, batch in enumerate(eng.batches) if any(toks == [40] for _, _, toks, _ in batch))
+    assert c_prefill == last_a + 1, seqs  # c joined the very next step, beside b
+    assert el.lingers[1] == 1  # the one request that came back was caught (the other waits caught nothing)
+
+
+def test_engine_loop_does_not_wait_while_requests_queue_or_when_no_one_comes_back(monkeypatch):
+    import specgen.server.loop as L
+
+    monkeypatch.setattr(L, "LINGER_S", 0.05, raising=False)
+    eng = SlowFakeEngine(chain_table(50), n_batch=64)
+    el = _engine_loop(eng, slots=1, queue=4)
+    try:  # b waits for a's slot: when a ends, b takes it at once, no wait
+        _events(el, [(Job("a", [1], max_tokens=2), []), (Job("b", [20], max_tokens=2), [])])
+    finally:
+        el.close()
+    assert el.lingers[0] <= 1  # at most one, after b (the last), if it ran before the close
+    el = _engine_loop(SlowFakeEngine(chain_table(50), n_batch=64), slots=2)
+    try:  # a ends and nobody comes back: a wait that catches nothing, and b goes on
+        [_, b] = _events(el, [(Job("a", [1], max_tokens=2), []), (Job("b", [20], max_tokens=6), [])])
+    finally:
+        el.close()
+    assert b[-1][0] == "done" and b[-1][3] == "<21><22><23><24><25><26>"
+    assert el.lingers[0] >= 1 and el.lingers[1] == 0
+
+
 # =========================================================== the request schema (no model)
 
 
@@ -592,6 +666,7 @@ def test_metrics_counters_move(srv):
     assert after["specgen_time_to_first_token_seconds_count"] > before["specgen_time_to_first_token_seconds_count"]
     assert "specgen_queue_depth" in after and after["specgen_slots"] == 4
     assert "specgen_shared_steps_plain_total" not in after  # a fixed k is drafted as asked: no gate
+    assert after["specgen_linger_waits_total"] >= after["specgen_linger_requests_total"] >= 0
 
 
 @pytest.mark.model

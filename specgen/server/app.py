@@ -266,6 +266,9 @@ def create_app(engine: EngineLoop, cfg: AppConfig) -> FastAPI:
             "specgen_decode_steps_total": ("Decode steps of the scheduler (one batch each).", engine.server.steps),
             "specgen_prompt_cache_enabled": ("1 when slots keep their cache for later prompts (--prompt-cache).",
                                              int(engine.server.prompt_cache)),
+            "specgen_linger_waits_total": ("Waits for the next requests after a step that finished some.", engine.lingers[0]),
+            "specgen_linger_requests_total": ("Requests those waits caught for the next step.", engine.lingers[1]),
+            "specgen_linger_seconds_total": ("Time spent in those waits.", engine.lingers[2]),
         }
         store = getattr(engine.server, "store", None)
         if store is not None:  # slot caches saved to host memory (--cache-ram)

@@ -7,6 +7,12 @@ into text (incremental UTF-8, stop strings held back and cut), and hands the
 text to the request's asyncio queue with call_soon_threadsafe. A stop string
 or a client that went away cancels the request: its slot is free for the next
 step.
+
+After a step that finished requests, the engine waits up to LINGER_S for
+their slots' next requests before it steps again: a client that sends its
+next request as soon as one ends (an agent, a benchmark's closed loop) would
+otherwise miss the next step, which then runs a sequence short, and requests
+that come back together are prefilled together.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from specgen.serving import Job, ServeResult
 
 log = logging.getLogger("specgen.server")
 STEP_LOG_KEEP = 10_000
+LINGER_S = 0.005  # after a step that finished requests: how long to wait for the next ones
 
 
 class Request:
@@ -79,6 +86,7 @@ class EngineLoop:
         self._live: set[Request] = set()
         self.running = 0  # scheduler state as of the last step, for /health and /metrics
         self.waiting = 0
+        self.lingers = [0, 0, 0.0]  # waits after steps that finished requests: count, requests caught, seconds
 
     # -- the HTTP side (any thread) ------------------------------------------------
     @property
@@ -131,9 +139,13 @@ class EngineLoop:
 
     def _run(self) -> None:
         server = self.server
+        freed, t_freed = 0, 0.0
         while True:
             try:
-                self._drain(server, block=not server.busy)
+                got = self._drain(server, block=not server.busy)
+                if freed and self._stop_at is None:
+                    self._linger(server, freed - got, t_freed + LINGER_S)
+                freed = 0
                 if self._stop_at is not None:
                     if time.monotonic() >= self._stop_at:
                         for req in list(self._live):
@@ -141,7 +153,8 @@ class EngineLoop:
                     if not server.busy:
                         break
                 if server.busy:
-                    server.step()
+                    freed = len(server.step())
+                    t_freed = time.monotonic()
             except Exception as exc:  # an engine failure: fail what runs, start over
                 log.exception("engine step failed")
                 for req in list(self._live):
@@ -164,18 +177,42 @@ class EngineLoop:
                 req.post(("error", ApiError(503, "the server is shutting down", code="shutting_down", type="server_error")))
         self.running = self.waiting = 0
 
-    def _drain(self, server, block: bool) -> None:
-        first = True
+    def _drain(self, server, block: bool) -> int:
+        """Handle what the inbox holds (block: wait up to 0.1 s for the first); how many submits."""
+        first, got = True, 0
         while True:
             try:
                 kind, req = self._inbox.get(timeout=0.1) if (block and first) else self._inbox.get_nowait()
             except queue.Empty:
-                return
+                return got
             first = False
-            if kind == "submit":
-                self._submit(server, req)
-            elif kind == "cancel":
-                self._cancel(server, req)
+            got += self._handle(server, kind, req)
+
+    def _handle(self, server, kind: str, req) -> int:
+        if kind == "submit":
+            self._submit(server, req)
+            return 1
+        if kind == "cancel":
+            self._cancel(server, req)
+        return 0
+
+    def _linger(self, server, want: int, deadline: float) -> None:
+        """Wait until `want` more requests are submitted, the slots are spoken for, or the deadline."""
+        t0, got = time.monotonic(), 0
+        if want <= 0 or t0 >= deadline or server.waiting >= self.parallel - server.running:
+            return
+        while got < want and server.waiting < self.parallel - server.running:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                kind, req = self._inbox.get(timeout=left)
+            except queue.Empty:
+                break
+            got += self._handle(server, kind, req)
+        self.lingers[0] += 1
+        self.lingers[1] += got
+        self.lingers[2] += time.monotonic() - t0
 
     def _submit(self, server, req: Request) -> None:
         try:
