@@ -177,9 +177,10 @@ class Estimates:
         base = self.profile.get(key, 0.0)
         if base <= 0 or seen <= 0:
             return
+        if sets_level:  # a pass faster than the level is taken at once: load only ever adds time
+            ratio = seen / base
+            self.level = ratio if ratio < self.level else _follow(self.level, ratio, 1.0)
         self.own[key] = _follow(self[key], seen, base)
-        if sets_level:
-            self.level = _follow(self.level, seen / base, 1.0)
 
 
 class Policy:
@@ -540,16 +541,24 @@ class CostAware(Policy):
         super().update(key, k, accepted)
         if k > 0:
             self._acc(key).add(k, accepted, self.decay)
+        # a pass's own time, as profiled: the picks the acceptance rule (and a sampling
+        # draft) made are priced apart (`step_rate`), so they are taken out
+        if verify_s:
+            verify_s = verify_s - (accepted + 1) * self.pick_s
         if draft is not None:
-            self._learn_round(k, draft, verify_s)
+            pick = self.pick_s if self.draft_picks else 0.0
             if draft.steps and draft.step_s > 0:
-                self._draft.observe("step", draft.step_s / draft.steps)
+                # only a round alone in its passes sets the draft's level: a share of a
+                # batched catch-up is no measure of one sequence's step
+                self._draft.observe("step", draft.step_s / draft.steps - pick, sets_level=verify_s is not None)
             if draft.fed and draft.fed_s > 0:
                 self._draft.observe("feed", draft.fed_s / draft.fed, sets_level=False)
         rows = k + 1
-        if verify_s and 0 < rows < len(self.verify_s):
+        if verify_s and verify_s > 0 and rows < len(self.verify_s):
             self._target.observe(rows, verify_s)
         self._refresh()
+        if draft is not None:  # against the estimates this round's passes corrected
+            self._learn_round(k, draft, verify_s)
 
     def expected_tokens(self, key: int, k: int) -> float:
         return expected_tokens(self._acc(key).rates(k))

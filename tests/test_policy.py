@@ -166,11 +166,17 @@ def test_catch_up_is_part_of_a_probes_cost():
 
 def test_draft_steps_and_bulk_feeds_are_learned_apart():
     p = CostAware(8, F32, 0.016, feed_s=0.002)
-    p.update(0, 3, 2, None, Draft([1, 2, 3], steps=2, step_s=0.024, fed=2000, fed_s=3.0))
-    assert p.draft_step_s == pytest.approx(0.016 + 0.2 * (0.012 - 0.016))  # the prefill is not a step
-    # the step at 0.75 of its profile moved the draft's level to 0.95, which its feed
-    # estimate starts from; then the feed's own observation
-    assert p.feed_s == pytest.approx(0.95 * 0.002 + 0.2 * (0.0015 - 0.95 * 0.002))
+    p.update(0, 3, 2, F32[4], Draft([1, 2, 3], steps=2, step_s=0.024, fed=2000, fed_s=2.4))
+    # a step at 0.75 of its profile is taken at once (the draft's level: load only adds
+    # time); the bulk feed's cost a token is not a step's, and starts from the level
+    assert p.draft_step_s == pytest.approx(0.012)
+    assert p.feed_s == pytest.approx(0.75 * 0.002 + 0.2 * (0.0012 - 0.75 * 0.002))
+    feed = p.feed_s
+    # a round in a shared pass (no verify time of its own): its draft step may be a
+    # share of a batched catch-up, so it moves the step's own estimate, not the level
+    p.update(0, 3, 2, None, Draft([1, 2, 3], steps=1, step_s=0.001))
+    assert p.draft_step_s == pytest.approx(0.012 + 0.2 * (0.001 - 0.012))
+    assert p.feed_s == feed
 
 
 def test_cost_estimates_shrug_off_a_busy_machine():
@@ -387,7 +393,9 @@ def test_an_inflated_profile_does_not_keep_a_draft_that_cannot_pay(seed):
 def test_a_pass_faster_than_its_profile_lowers_the_estimates_of_rows_not_observed():
     inflated = [1.25 * c for c in F32_QUIET]
     p = CostAware(8, inflated, SMOL_STEP)
-    for _ in range(30):  # only 2-row passes observed, each at its quiet cost
+    p.update(0, 1, 0, F32_QUIET[2], Draft([0], steps=1, step_s=SMOL_STEP))  # a 2-row pass at its quiet cost
+    assert p.verify_s[1] == pytest.approx(F32_QUIET[1])  # at once: other processes can only have slowed it
+    for _ in range(30):  # only 2-row passes observed
         p.update(0, 1, 0, F32_QUIET[2], Draft([0], steps=1, step_s=SMOL_STEP))
     assert p.verify_s[1] == pytest.approx(F32_QUIET[1], rel=0.03)  # never observed
     assert p.verify_s[5] == pytest.approx(F32_QUIET[5], rel=0.03)
@@ -399,6 +407,18 @@ def test_a_pass_faster_than_its_profile_lowers_the_estimates_of_rows_not_observe
     for _ in range(200):
         p.update(0, 0, 0, 3 * inflated[1])
     assert p.verify_s[1] <= inflated[1] and p.verify_s[5] <= inflated[5]
+
+
+def test_a_passs_estimate_leaves_out_the_picks_priced_apart():
+    """Sampling, a round's time holds the picks of the rows the acceptance rule read,
+    which the rates price apart (pick_s a token): the estimate is the pass alone."""
+    p = CostAware(8, [1.25 * c for c in F32_QUIET], SMOL_STEP)
+    p.sampling(0.003, draft_picks=True)
+    for _ in range(30):
+        p.update(0, 1, 1, F32_QUIET[2] + 2 * 0.003, Draft([0], steps=1, step_s=SMOL_STEP + 0.003))
+    assert p.verify_s[2] == pytest.approx(F32_QUIET[2], rel=0.01)
+    assert p.verify_s[1] == pytest.approx(F32_QUIET[1], rel=0.01)
+    assert p.draft_step_s == pytest.approx(SMOL_STEP, rel=0.01)
 
 
 def test_a_draft_step_faster_than_its_profile_lowers_its_catch_up_estimates_too():
