@@ -262,8 +262,8 @@ def main(argv=None) -> None:
                     "which the policies start from either way)")
     ap.add_argument("--measure-costs", type=Path, help="measure both models' curves now, write them here, and price on them "
                     "(run it under the bench lock)")
-    ap.add_argument("--believe", type=Path, help="the policies start from the curves in this file (as --costs) instead of "
-                    "the cached profiles, unchecked: e.g. a profile a busy machine inflated, priced on true curves")
+    ap.add_argument("--believe", type=Path, help="the policies start from the curves in this file (as --costs) "
+                    "instead of the cached profiles, unchecked: e.g. a profile a busy machine inflated")
     ap.add_argument("--pick-ms", type=float, help="price a sampled pick at this (else measured now: runs compared "
                     "in different processes then differ by its noise)")
     args = ap.parse_args(argv)

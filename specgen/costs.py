@@ -175,7 +175,8 @@ def cost_profile(engine, *, cache: Path | None = None, refresh: bool = False) ->
             old = None  # a damaged cache entry is measured again
     prof = {"model": str(engine.path), "threads": engine.n_threads, "verify_s": measure_verify(engine),
             "feed_s": measure_feed(engine), "measured_at": time.time()}
-    prof = _merge(old, prof)  # a retake (never a refresh, which may follow a change of machine) keeps the better figures
+    # a retake keeps the better figures (a refresh does not: it may follow a change of machine)
+    prof = _merge(old, prof)
     _checked.add(f)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = f.with_suffix(f".{os.getpid()}.tmp")
