@@ -153,7 +153,7 @@ class Estimates:
     name), corrected by the passes observed. A figure observed follows its
     own observations (`_follow`); every other one is its profile × the
     model's `level`, the ratio its observed passes ran at against their
-    profile (followed alike, never above 1). Other processes slow every pass
+    profile (taken at once when lower, let up slowly, never above 1). Other processes slow every pass
     alike, so a pass faster than its profile at one row count shows the
     profile inflated at the others too (taken on a busy machine): without the
     level, a figure never observed (a plain step while drafting is on) would
@@ -175,7 +175,10 @@ class Estimates:
         kind of pass whose cost departs from its profile's by its size (a bulk
         feed of more or fewer tokens than profiled), not only by the load."""
         base = self.profile.get(key, 0.0)
-        if base <= 0 or seen <= 0:
+        if seen <= 0:
+            return
+        if base <= 0:  # nothing profiled: the first pass observed is the estimate, as before
+            self.own[key] = _follow(self.own.get(key, 0.0), seen, 0.0)
             return
         if sets_level:  # a pass faster than the level is taken at once: load only ever adds time
             ratio = seen / base
