@@ -23,7 +23,8 @@ drafter shape and `make_policy`'s cost policy), on a virtual clock (this
 process's CPU time plus priced passes, as benchmarks/suffix_replay.py):
 - a target pass of r rows: the verify curve at r (the cached profile, or
   curves measured side by side: `--measure-costs FILE`, then `--costs FILE`;
-  the policies start from the cached profiles either way), plus one sampled
+  the policies start from the cached profiles either way, or from the curves
+  `--believe FILE` gives them), plus one sampled
   pick (`costs.pick_cost`) per row the acceptance rule reads;
 - a model proposal of k: its first pass feeds what the draft's cache lacks
   of its stream (a pass of that many rows on the draft's cached curve),
@@ -38,7 +39,7 @@ exploration before the near rule (the same).
 
     PYTHONPATH=$PWD python benchmarks/translate_replay.py [--f32] [--temp 0.8] [--seeds 1,2] [--n 48,96]
         [--categories continuation] [--per-category 4] [--configs plain,k=1,alone,alone:old,default] [--policy-seeds 8]
-        [--measure-costs costs.json | --costs costs.json] [--json out.json]
+        [--measure-costs costs.json | --costs costs.json] [--believe costs.json] [--pick-ms 2.55] [--json out.json]
 
 What it leaves out: the machine's noise (the reason to replay), the host's
 work beyond this process's CPU time, near-ties between a batched row and a
@@ -261,6 +262,10 @@ def main(argv=None) -> None:
                     "which the policies start from either way)")
     ap.add_argument("--measure-costs", type=Path, help="measure both models' curves now, write them here, and price on them "
                     "(run it under the bench lock)")
+    ap.add_argument("--believe", type=Path, help="the policies start from the curves in this file (as --costs) "
+                    "instead of the cached profiles, unchecked: e.g. a profile a busy machine inflated")
+    ap.add_argument("--pick-ms", type=float, help="price a sampled pick at this (else measured now: runs compared "
+                    "in different processes then differ by its noise)")
     args = ap.parse_args(argv)
 
     from translate import requests
@@ -286,8 +291,6 @@ def main(argv=None) -> None:
     store.mkdir(parents=True, exist_ok=True)
     kw = dict(n_ctx=4096, n_threads=args.threads)
     with Engine(tpath, **kw) as target, Engine(resolve_model(DRAFT), **kw) as draft:
-        dprof = cost_profile(draft)
-        costs = {"verify": cost_profile(target)["verify_s"], "draft": dprof["verify_s"], "feed": dprof["feed_s"]}
         if args.measure_costs:
             from specgen.costs import measure_feed, measure_verify
 
@@ -295,8 +298,18 @@ def main(argv=None) -> None:
             args.measure_costs.write_text(json.dumps(costs))
         elif args.costs:
             costs = json.loads(args.costs.read_text())
+        else:
+            dprof = cost_profile(draft)
+            costs = {"verify": cost_profile(target)["verify_s"], "draft": dprof["verify_s"], "feed": dprof["feed_s"]}
+        if args.believe:
+            import specgen.costs
+
+            b = json.loads(args.believe.read_text())
+            believed = {id(target): {"verify_s": b["verify"], "feed_s": 0.0},
+                        id(draft): {"verify_s": b["draft"], "feed_s": b["feed"]}}
+            specgen.costs.cost_profile = lambda engine, **_: believed[id(engine)]  # what make_policy reads
         params = SamplingParams(args.temp, seed=0)
-        pick_s = pick_cost(target.n_vocab, params)
+        pick_s = args.pick_ms / 1e3 if args.pick_ms else pick_cost(target.n_vocab, params)
         recs = []
         for r in reqs:
             prompt = request_tokens(target, r)

@@ -36,12 +36,17 @@ def _time_pass(engine, tokens: list[int], rows: int, base: int, repeats: int) ->
     return min(times)  # the least disturbed pass: other processes only ever add time
 
 
-def measure_verify(engine, max_rows: int = 32, repeats: int = 5) -> list[float]:
-    """verify_s[n] for n = 0 … max_rows (index 0 unused), interpolated between points."""
+def _verify_setup(engine, max_rows: int) -> tuple[list[int], list[int]]:
+    """The context a verify pass is timed after (synced into sequence 0), and its rows."""
     prompt = engine.tokenize("Measuring the cost of a verify pass. " * 4)
     engine.sync(0, prompt)
+    return prompt, (prompt * (max_rows // len(prompt) + 1))[:max_rows]
+
+
+def measure_verify(engine, max_rows: int = 32, repeats: int = 5) -> list[float]:
+    """verify_s[n] for n = 0 … max_rows (index 0 unused), interpolated between points."""
+    prompt, filler = _verify_setup(engine, max_rows)
     base = len(prompt)
-    filler = (prompt * (max_rows // len(prompt) + 1))[:max_rows]
     points = [n for n in ROW_POINTS if n <= max_rows]
     _time_pass(engine, filler, points[-1], base, 1)  # warm-up
     measured = {n: _time_pass(engine, filler, n, base, repeats) for n in points}
@@ -81,31 +86,54 @@ def measure_feed(engine, tokens: int = 64, repeats: int = 3) -> float:
 
 _checked: set[Path] = set()  # profiles spot-checked by this process
 
+SPOT_ROWS = (1, 4)  # a plain step and a short draft's verify pass
+# A pass now under this fraction of its profile's figure shows the profile was
+# inflated (taken while other processes held the CPU), so it is retaken. Spot
+# checks against a profile just taken scattered down to 0.90 (1 row, a 10 ms
+# pass) and 0.97 (4 rows) with the machine busy (README, "Cost profiles a busy
+# machine cannot inflate"); a retake costs seconds, and never makes a profile worse.
+INFLATED = 0.85
 
-def spot_check(engine, repeats: int = 3) -> float:
-    """Seconds of one 1-row pass now (after a warm-up pass), the least disturbed of `repeats`."""
-    prompt = engine.tokenize("A spot check of the cost of one pass.")
-    engine.sync(0, prompt)
-    _time_pass(engine, prompt, 1, len(prompt) - 1, 1)  # warm-up: pages the weights in
-    t = _time_pass(engine, prompt, 1, len(prompt) - 1, repeats)
+
+def spot_check(engine, repeats: int = 3) -> dict[int, float]:
+    """Seconds of a pass of each of SPOT_ROWS rows now (after a warm-up pass), the
+    least disturbed of `repeats` each."""
+    prompt, filler = _verify_setup(engine, max(SPOT_ROWS))  # as the profile measured them
+    _time_pass(engine, filler, 1, len(prompt), 1)  # warm-up: pages the weights in
+    out = {n: _time_pass(engine, filler, n, len(prompt), repeats) for n in SPOT_ROWS}
     engine.truncate(0, 0)
-    return t
+    return out
 
 
 def _inflated(engine, f: Path, prof: dict) -> bool:
     """Was this cached profile measured while other processes held the CPU? Once
-    per process, time one pass now: clearly faster than the profile says means
-    the profile was taken on a busy machine (other processes only ever add
-    time), so it is measured again. A slower pass now keeps it: being busy now
-    says nothing against a profile taken while quiet."""
+    per process, time a pass of 1 row and one of a few now: either clearly
+    faster than the profile says means the profile was taken on a busy machine
+    (other processes only ever add time), so it is measured again. Slower
+    passes now keep it: being busy now says nothing against a profile taken
+    while quiet."""
     if f in _checked:
         return False
     _checked.add(f)
-    cached = prof["verify_s"][1]
-    return spot_check(engine) < INFLATED * cached
+    curve = prof["verify_s"]
+    now = spot_check(engine)
+    return any(t < INFLATED * curve[n] for n, t in now.items() if n < len(curve))
 
 
-INFLATED = 0.75  # a pass this much faster than its profile retakes the profile
+def _merge(old: dict | None, new: dict) -> dict:
+    """A retaken profile never worse than the one it replaces: each figure is the
+    lower of the two (each is the truth plus what other processes added), the
+    curve then made non-decreasing again."""
+    try:
+        if len(old["verify_s"]) != len(new["verify_s"]):
+            return new
+        curve = [min(float(a), b) for a, b in zip(old["verify_s"], new["verify_s"])]
+        feed = min(float(old["feed_s"]), new["feed_s"])
+    except (TypeError, KeyError, ValueError):  # no old profile, or not one to trust
+        return new
+    for n in range(len(curve) - 2, 0, -1):
+        curve[n] = min(curve[n], curve[n + 1])
+    return {**new, "verify_s": curve, "feed_s": feed}
 
 
 _picks: dict[tuple, float] = {}
@@ -136,16 +164,19 @@ def cost_profile(engine, *, cache: Path | None = None, refresh: bool = False) ->
 
     cache = cache or cache_dir() / "costs"
     f = cache / f"{_key(engine.path, engine.n_threads, getattr(engine, 'n_gpu_layers', 0))}.json"
+    old = None
     if f.exists() and not refresh:
         try:
-            prof = json.loads(f.read_text())
+            old = json.loads(f.read_text())
             # profiles from before feed_s, and ones a busy machine inflated, are measured again
-            if "feed_s" in prof and not _inflated(engine, f, prof):
-                return prof
-        except (OSError, ValueError):
-            pass  # a damaged cache entry is measured again
+            if "feed_s" in old and not _inflated(engine, f, old):
+                return old
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            old = None  # a damaged cache entry is measured again
     prof = {"model": str(engine.path), "threads": engine.n_threads, "verify_s": measure_verify(engine),
             "feed_s": measure_feed(engine), "measured_at": time.time()}
+    # a retake keeps the better figures (a refresh does not: it may follow a change of machine)
+    prof = _merge(old, prof)
     _checked.add(f)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = f.with_suffix(f".{os.getpid()}.tmp")

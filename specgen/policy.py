@@ -148,6 +148,44 @@ def _follow(estimate: float, seen: float, ceiling: float) -> float:
     return min(estimate + 0.05 * (seen - estimate), max(ceiling, estimate))
 
 
+class Estimates:
+    """One model's costs now: its measured profile (figures by row count or
+    name), corrected by the passes observed. A figure observed follows its
+    own observations (`_follow`); every other one is its profile × the
+    model's `level`, the ratio its observed passes ran at against their
+    profile (taken at once when lower, let up slowly, never above 1). Other processes slow every pass
+    alike, so a pass faster than its profile at one row count shows the
+    profile inflated at the others too (taken on a busy machine): without the
+    level, a figure never observed (a plain step while drafting is on) would
+    keep an inflated price, and every comparison with it would tilt. An
+    underestimated figure gets chosen, observed, and corrected; an
+    overestimated one might never be."""
+
+    def __init__(self, profile: dict) -> None:
+        self.profile = dict(profile)
+        self.own: dict = {}  # figure -> its estimate, once observed
+        self.level = 1.0
+
+    def __getitem__(self, key) -> float:
+        own = self.own.get(key)
+        return own if own is not None else self.profile[key] * self.level
+
+    def observe(self, key, seen: float, sets_level: bool = True) -> None:
+        """A pass of figure `key` took `seen` seconds. `sets_level`: False for a
+        kind of pass whose cost departs from its profile's by its size (a bulk
+        feed of more or fewer tokens than profiled), not only by the load."""
+        base = self.profile.get(key, 0.0)
+        if seen <= 0:
+            return
+        if base <= 0:  # nothing profiled: the first pass observed is the estimate, as before
+            self.own[key] = _follow(self.own.get(key, 0.0), seen, 0.0)
+            return
+        if sets_level:  # a pass faster than the level is taken at once: load only ever adds time
+            ratio = seen / base
+            self.level = ratio if ratio < self.level else _follow(self.level, ratio, 1.0)
+        self.own[key] = _follow(self[key], seen, base)
+
+
 class Policy:
     """The interface, with a plain acceptance tally for `expected_tokens`."""
 
@@ -348,13 +386,13 @@ class CostAware(Policy):
                  decay: float = 0.95, idle_decay: float = 0.98, seed: int = 0, shared: dict | None = None) -> None:
         super().__init__()
         self.k_max = k_max
-        self.verify_s = list(verify_s)  # verify_s[n]: a target pass with n logit rows (index 0 unused)
-        self.draft_step_s = draft_step_s
-        self.feed_s = feed_s  # seconds per token of a bulk catch-up of the draft's cache
-        self.draft_verify_s = list(draft_verify_s or [])  # the draft's pass of n tokens: a short catch-up's cost
+        # the measured profiles, corrected as passes are observed (`Estimates`); the target's
+        # and the draft model's apart, as each profile was taken at its own time
+        self._target = Estimates(dict(enumerate(verify_s)))
+        self._draft = Estimates({**dict(enumerate(draft_verify_s or [])), "step": draft_step_s, "feed": feed_s})
+        self._refresh()
         self.round_scale = 1.0  # real ÷ estimated cost of a drafting round (drafters that report Draft.extra_s)
         self._rounds_seen = 0
-        self._profile = (list(verify_s), draft_step_s, feed_s)  # the measured costs: ceilings of the estimates
         self.prior = prior
         self.model_prior = model_prior  # (mean, strength) for a draft model's rounds; None: as the others
         self.decay = decay
@@ -362,6 +400,14 @@ class CostAware(Policy):
         self.rng = np.random.default_rng(seed)
         # key → Acceptance; a server passes one dict to all its requests' policies
         self.stats: dict[int, Acceptance] = shared if shared is not None else {}
+
+    def _refresh(self) -> None:
+        """The estimates now, as the lists and figures the choices read."""
+        t, d = self._target, self._draft
+        self.verify_s = [t[n] for n in range(len(t.profile))]  # a target pass of n logit rows (index 0 unused)
+        self.draft_step_s = d["step"]
+        self.feed_s = d["feed"]  # seconds per token of a bulk catch-up of the draft's cache
+        self.draft_verify_s = [d[n] for n in range(len(d.profile) - 2)]  # the draft's pass of n tokens
 
     def _acc(self, key: int) -> Acceptance:
         acc = self.stats.get(key)
@@ -498,15 +544,24 @@ class CostAware(Policy):
         super().update(key, k, accepted)
         if k > 0:
             self._acc(key).add(k, accepted, self.decay)
+        # a pass's own time, as profiled: the picks the acceptance rule (and a sampling
+        # draft) made are priced apart (`step_rate`), so they are taken out
+        if verify_s:
+            verify_s = verify_s - (accepted + 1) * self.pick_s
         if draft is not None:
-            self._learn_round(k, draft, verify_s)
+            pick = self.pick_s if self.draft_picks else 0.0
             if draft.steps and draft.step_s > 0:
-                self.draft_step_s = _follow(self.draft_step_s, draft.step_s / draft.steps, self._profile[1])
+                # only a round alone in its passes sets the draft's level: a share of a
+                # batched catch-up is no measure of one sequence's step
+                self._draft.observe("step", draft.step_s / draft.steps - pick, sets_level=verify_s is not None)
             if draft.fed and draft.fed_s > 0:
-                self.feed_s = _follow(self.feed_s, draft.fed_s / draft.fed, self._profile[2])
+                self._draft.observe("feed", draft.fed_s / draft.fed, sets_level=False)
         rows = k + 1
-        if verify_s and rows < len(self.verify_s):
-            self.verify_s[rows] = _follow(self.verify_s[rows], verify_s, self._profile[0][rows])
+        if verify_s and verify_s > 0 and rows < len(self.verify_s):
+            self._target.observe(rows, verify_s)
+        self._refresh()
+        if draft is not None:  # against the estimates this round's passes corrected
+            self._learn_round(k, draft, verify_s)
 
     def expected_tokens(self, key: int, k: int) -> float:
         return expected_tokens(self._acc(key).rates(k))

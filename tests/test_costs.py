@@ -91,6 +91,89 @@ def test_a_profile_taken_on_a_busy_machine_is_measured_again_once(model_file, tm
     assert len(e2.decodes) == n  # checked once per process
 
 
+class ClockedFake(TimedFake):
+    """A fake whose passes take `cost(rows)` seconds on a fake clock, for costs'
+    timer (`clocked`): a machine whose every figure is known."""
+
+    def __init__(self, path, cost, clock):
+        super().__init__(path)
+        self.cost, self.clock = cost, clock
+
+    def decode_batch(self, parts):
+        self.clock[0] += self.cost(sum(len(t) for _, t, _ in parts))
+        return super().decode_batch(parts)
+
+
+def quiet(rows):
+    return 0.010 + 0.004 * rows
+
+
+@pytest.fixture
+def clocked(monkeypatch):
+    import time
+    from types import SimpleNamespace
+
+    from specgen import costs
+
+    clock = [0.0]
+    monkeypatch.setattr(costs, "time", SimpleNamespace(perf_counter=lambda: clock[0], time=time.time))
+    return clock
+
+
+def _cache_profile(model_file, cache, clock, curve, feed=None):
+    """Measure a profile on the quiet fake, then overwrite the cached one with `curve`
+    (index 0 unused; a function of rows), as if measured so; forget it was checked."""
+    import json
+
+    from specgen import costs
+
+    prof = cost_profile(ClockedFake(model_file, quiet, clock), cache=cache)
+    f = next(cache.glob("*.json"))
+    bad = {**prof, "verify_s": [0.0] + [curve(n) for n in range(1, len(prof["verify_s"]))]}
+    if feed is not None:
+        bad["feed_s"] = feed
+    f.write_text(json.dumps(bad))
+    costs._checked.discard(f)
+    return f, prof
+
+
+def test_a_profile_inflated_by_a_fifth_is_measured_again_one_within_the_scatter_is_kept(model_file, tmp_path, clocked):
+    import json
+
+    cache = tmp_path / "costs"
+    f, prof = _cache_profile(model_file, cache, clocked, lambda n: 1.2 * quiet(n))  # a pass now: 0.83x
+    e = ClockedFake(model_file, quiet, clocked)
+    assert cost_profile(e, cache=cache)["verify_s"] == pytest.approx(prof["verify_s"])
+    assert json.loads(f.read_text())["verify_s"] == pytest.approx(prof["verify_s"])
+    f, _ = _cache_profile(model_file, cache, clocked, lambda n: 1.1 * quiet(n))  # 0.91x: a quiet machine's scatter
+    e = ClockedFake(model_file, quiet, clocked)
+    assert cost_profile(e, cache=cache)["verify_s"][1] == pytest.approx(1.1 * quiet(1))
+    assert len(e.decodes) < 15  # only the spot check ran
+
+
+def test_a_profile_inflated_only_past_one_row_is_measured_again(model_file, tmp_path, clocked):
+    cache = tmp_path / "costs"
+    _, prof = _cache_profile(model_file, cache, clocked, lambda n: quiet(n) if n == 1 else 1.3 * quiet(n))
+    retaken = cost_profile(ClockedFake(model_file, quiet, clocked), cache=cache)
+    assert retaken["verify_s"] == pytest.approx(prof["verify_s"])
+
+
+def test_a_retake_never_makes_a_profile_worse(model_file, tmp_path, clocked):
+    """The machine got busy during the retake, for the passes of many rows: the old
+    profile's lower figures are kept (each figure is the truth plus what other
+    processes added), so the retake leaves the profile no worse anywhere."""
+    import json
+
+    cache = tmp_path / "costs"
+    f, prof = _cache_profile(model_file, cache, clocked, lambda n: 1.5 * quiet(n) if n <= 4 else quiet(n),
+                             feed=0.5 * quiet(64) / 64)
+    busy_past_4 = lambda rows: quiet(rows) if rows <= 4 else 2 * quiet(rows)  # noqa: E731
+    retaken = cost_profile(ClockedFake(model_file, busy_past_4, clocked), cache=cache)
+    assert retaken["verify_s"] == pytest.approx(prof["verify_s"])  # the better of both, everywhere
+    assert retaken["feed_s"] == pytest.approx(0.5 * quiet(64) / 64)
+    assert json.loads(f.read_text()) == retaken
+
+
 def test_adaptive_k_never_exceeds_what_the_context_allows():
     eng = FakeEngine(chain_table(8), n_ctx=40)  # a short cycle: lookup always matches
     flat = [0.0] + [0.01] * 33  # verifying is free: the policy wants the longest draft

@@ -166,9 +166,17 @@ def test_catch_up_is_part_of_a_probes_cost():
 
 def test_draft_steps_and_bulk_feeds_are_learned_apart():
     p = CostAware(8, F32, 0.016, feed_s=0.002)
-    p.update(0, 3, 2, None, Draft([1, 2, 3], steps=2, step_s=0.024, fed=2000, fed_s=3.0))
-    assert p.draft_step_s == pytest.approx(0.016 + 0.2 * (0.012 - 0.016))  # the prefill is not a step
-    assert p.feed_s == pytest.approx(0.002 + 0.2 * (0.0015 - 0.002))
+    p.update(0, 3, 2, F32[4], Draft([1, 2, 3], steps=2, step_s=0.024, fed=2000, fed_s=2.4))
+    # a step at 0.75 of its profile is taken at once (the draft's level: load only adds
+    # time); the bulk feed's cost a token is not a step's, and starts from the level
+    assert p.draft_step_s == pytest.approx(0.012)
+    assert p.feed_s == pytest.approx(0.75 * 0.002 + 0.2 * (0.0012 - 0.75 * 0.002))
+    feed = p.feed_s
+    # a round in a shared pass (no verify time of its own): its draft step may be a
+    # share of a batched catch-up, so it moves the step's own estimate, not the level
+    p.update(0, 3, 2, None, Draft([1, 2, 3], steps=1, step_s=0.001))
+    assert p.draft_step_s == pytest.approx(0.012 + 0.2 * (0.001 - 0.012))
+    assert p.feed_s == feed
 
 
 def test_cost_estimates_shrug_off_a_busy_machine():
@@ -324,10 +332,11 @@ F32_TARGET += [F32_TARGET[-1] + 0.0023 * n for n in range(1, 25)]
 SMOL_STEP, SMOL_FEED, TRANSLATE_S = 0.012, 0.005, 0.0006
 
 
-def translated_run(policy, alpha, tokens=300, seed=0):
+def translated_run(policy, alpha, tokens=300, seed=0, truth=F32_TARGET):
     """One generation with a translated draft: the draft's cache lags one token a
     plain round, and a round after more than two is a bulk catch-up first (as
-    DraftModel reports it). Returns the k chosen per round and the seconds spent."""
+    DraftModel reports it). Its target passes take `truth` (the policy's profile
+    may say otherwise). Returns the k chosen per round and the speed vs plain."""
     rng = np.random.default_rng(seed)
     ks, seconds, emitted, lag = [], 0.0, 0, 1
     while emitted < tokens:
@@ -344,11 +353,11 @@ def translated_run(policy, alpha, tokens=300, seed=0):
             draft.extra_s = TRANSLATE_S
             seconds += draft.step_s + draft.fed_s + draft.extra_s
         lag = 1 if k else lag + 1
-        seconds += F32_TARGET[k + 1]
-        policy.update(0, k, acc, F32_TARGET[k + 1], draft)
+        seconds += truth[k + 1]
+        policy.update(0, k, acc, truth[k + 1], draft)
         ks.append(k)
         emitted += acc + 1
-    return ks, emitted * F32_TARGET[1] / seconds  # speed vs plain
+    return ks, emitted * truth[1] / seconds  # speed vs plain
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -361,6 +370,73 @@ def test_a_translated_draft_that_cannot_pay_settles_at_zero_and_stops_probing(se
     assert sum(k > 0 for k in ks[30:]) <= 0.04 * len(ks[30:])
     assert p.round_scale > 1.03  # the per-round excess was learned
     assert speed >= 0.9
+
+
+# The same target's passes on a quiet machine: F32_TARGET is a profile a busy one inflated
+F32_QUIET = [0.0, 0.0388, 0.0490, 0.0572, 0.0572, 0.0629, 0.0687, 0.0758, 0.0829]
+F32_QUIET += [F32_QUIET[-1] + 0.0023 * n for n in range(1, 25)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_inflated_profile_does_not_keep_a_draft_that_cannot_pay(seed):
+    """Acceptance 0.6 pays for k = 1 under the inflated profile's plain step (48 ms)
+    but not under the 38.8 ms a plain step takes: drafting, the policy sees only
+    its drafting rounds' passes, and those run faster than their profile, so a
+    plain step (never observed) is priced faster too, and drafting stops."""
+    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED)
+    ks, speed = translated_run(p, alpha=0.6, seed=seed, truth=F32_QUIET)
+    assert sum(k > 0 for k in ks[60:]) <= 0.1 * len(ks[60:])
+    assert speed >= 0.95
+    assert p.verify_s[1] < 1.05 * F32_QUIET[1]
+
+
+def test_a_pass_faster_than_its_profile_lowers_the_estimates_of_rows_not_observed():
+    inflated = [1.25 * c for c in F32_QUIET]
+    p = CostAware(8, inflated, SMOL_STEP)
+    p.update(0, 1, 0, F32_QUIET[2], Draft([0], steps=1, step_s=SMOL_STEP))  # a 2-row pass at its quiet cost
+    assert p.verify_s[1] == pytest.approx(F32_QUIET[1])  # at once: other processes can only have slowed it
+    for _ in range(30):  # only 2-row passes observed
+        p.update(0, 1, 0, F32_QUIET[2], Draft([0], steps=1, step_s=SMOL_STEP))
+    assert p.verify_s[1] == pytest.approx(F32_QUIET[1], rel=0.03)  # never observed
+    assert p.verify_s[5] == pytest.approx(F32_QUIET[5], rel=0.03)
+    # a row count observed follows its own passes, not the level
+    p.update(0, 3, 0, 1.1 * inflated[4], Draft([0] * 3, steps=3, step_s=3 * SMOL_STEP))
+    assert F32_QUIET[4] < p.verify_s[4] <= inflated[4]
+    assert p.verify_s[1] == pytest.approx(F32_QUIET[1], rel=0.03)  # a slower pass moves the level only slowly up
+    # and never above the profile, however slow the machine becomes
+    for _ in range(200):
+        p.update(0, 0, 0, 3 * inflated[1])
+    assert p.verify_s[1] <= inflated[1] and p.verify_s[5] <= inflated[5]
+
+
+def test_a_passs_estimate_leaves_out_the_picks_priced_apart():
+    """Sampling, a round's time holds the picks of the rows the acceptance rule read,
+    which the rates price apart (pick_s a token): the estimate is the pass alone."""
+    p = CostAware(8, [1.25 * c for c in F32_QUIET], SMOL_STEP)
+    p.sampling(0.003, draft_picks=True)
+    for _ in range(30):
+        p.update(0, 1, 1, F32_QUIET[2] + 2 * 0.003, Draft([0], steps=1, step_s=SMOL_STEP + 0.003))
+    assert p.verify_s[2] == pytest.approx(F32_QUIET[2], rel=0.01)
+    assert p.verify_s[1] == pytest.approx(F32_QUIET[1], rel=0.01)
+    assert p.draft_step_s == pytest.approx(SMOL_STEP, rel=0.01)
+
+
+def test_a_draft_step_faster_than_its_profile_lowers_its_catch_up_estimates_too():
+    """The draft model's profile has its own level (it was measured at its own time):
+    its steps, observed, price its catch-up passes and bulk feeds, not observed;
+    a bulk feed (its cost per token depends on its length) does not move the level."""
+    p = CostAware(8, F32_LIKE, 0.015, 0.0017, draft_verify_s=DRAFT_CURVE)
+    before = p.catch_up_s(10), p.feed_s
+    for _ in range(30):
+        p.update(0, 2, 1, F32_LIKE[3], Draft([0, 0], steps=2, step_s=2 * 0.6 * 0.015))
+    assert p.draft_step_s == pytest.approx(0.6 * 0.015, rel=0.03)
+    assert p.catch_up_s(10) == pytest.approx(0.6 * before[0], rel=0.03)
+    assert p.feed_s == pytest.approx(0.6 * before[1], rel=0.03)
+    assert p.verify_s == pytest.approx(F32_LIKE)  # the target's level is its own
+    q = CostAware(8, F32_LIKE, 0.015, 0.0017, draft_verify_s=DRAFT_CURVE)
+    for _ in range(30):
+        q.update(0, 2, 1, None, Draft([0, 0], steps=1, step_s=0.015, fed=500, fed_s=500 * 0.5 * 0.0017))
+    assert q.feed_s == pytest.approx(0.5 * 0.0017, rel=0.03) and q.draft_step_s == pytest.approx(0.015)
 
 
 def test_a_translated_draft_that_pays_keeps_drafting():
