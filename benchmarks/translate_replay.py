@@ -267,6 +267,14 @@ def main(argv=None) -> None:
     ap.add_argument("--pick-ms", type=float, help="price a sampled pick at this (else measured now: runs compared "
                     "in different processes then differ by its noise)")
     args = ap.parse_args(argv)
+    cost_files = {}
+    for opt, path in (("--costs", args.costs), ("--believe", args.believe)):
+        if path:  # read before the models load: a bad file is one line, not a traceback later
+            try:
+                cost_files[opt] = b = json.loads(path.read_text())
+                b["verify"], b["draft"], b["feed"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                ap.error(f"{opt} {path}: not a costs file written by --measure-costs ({e})")
 
     from translate import requests
 
@@ -297,14 +305,14 @@ def main(argv=None) -> None:
             costs = {"verify": measure_verify(target), "draft": measure_verify(draft), "feed": measure_feed(draft)}
             args.measure_costs.write_text(json.dumps(costs))
         elif args.costs:
-            costs = json.loads(args.costs.read_text())
+            costs = cost_files["--costs"]
         else:
             dprof = cost_profile(draft)
             costs = {"verify": cost_profile(target)["verify_s"], "draft": dprof["verify_s"], "feed": dprof["feed_s"]}
         if args.believe:
             import specgen.costs
 
-            b = json.loads(args.believe.read_text())
+            b = cost_files["--believe"]
             believed = {id(target): {"verify_s": b["verify"], "feed_s": 0.0},
                         id(draft): {"verify_s": b["draft"], "feed_s": b["feed"]}}
             specgen.costs.cost_profile = lambda engine, **_: believed[id(engine)]  # what make_policy reads

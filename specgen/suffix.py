@@ -339,7 +339,8 @@ class SuffixDrafter(PerSequence):
         if m is not None and m.length > local and m.length >= self.min_global_match:
             g = self.global_index.sam
             first = g.continuation(m.state, g.last_end[m.state], 1, self.choice)
-            varies = bool(first) and self.local_at_split and agreement(g, m.state, first[0]) == KEY_SPLIT
+            varies = (bool(first) and self.local_at_split and local >= self.min_match
+                      and agreement(g, m.state, first[0]) == KEY_SPLIT)
             if first and global_drafts(local, m.length, varies, min_match=self.min_match,
                                        min_global_match=self.min_global_match, local_at_split=self.local_at_split):
                 return g, m.state, g.last_end[m.state], KEY_GLOBAL + match_bucket(m.length)
