@@ -172,6 +172,10 @@ class Policy:
         `remaining` tokens? A policy without a cost model always drafts."""
         return True
 
+    def target_top(self, top: float) -> None:
+        """Sampling: the target's processed distribution, at a row a token was
+        just emitted from, put `top` on its likeliest token."""
+
     def sampling(self, pick_s: float, draft_picks: bool) -> None:
         """The generation samples: picking a token from one row of logits costs
         `pick_s` seconds of host time, for the target's rows and, with
@@ -328,6 +332,10 @@ class CostAware(Policy):
     # past a drafting best, a draw explores only as far as it favours (False: the
     # draw's own best, as before; kept switchable for benchmarks' side-by-side runs)
     explore_near = True
+    # sampling: a point-mass draft model's prior scaled by the target's running top
+    # probability (False: the prior as under greedy; for benchmarks' side-by-side runs)
+    top_prior = True
+    TOP_RATE = 0.2  # weight of the newest row in that running mean
 
     def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0, feed_s: float = 0.0, *,
                  draft_verify_s: list[float] | None = None,
@@ -347,6 +355,7 @@ class CostAware(Policy):
         self.decay = decay
         self.idle_decay = idle_decay
         self.rng = np.random.default_rng(seed)
+        self.top: float | None = None  # the target's running top probability (sampling; None: not told)
         # key → Acceptance; a server passes one dict to all its requests' policies
         self.stats: dict[int, Acceptance] = shared if shared is not None else {}
 
@@ -366,7 +375,23 @@ class CostAware(Policy):
             else:
                 acc = Acceptance(prior=self.prior)
             self.stats[key] = acc
+        if key == MODEL_KEY and self.model_prior is None and self.top_prior and self.top is not None \
+                and not self.draft_picks:
+            acc.prior = self.prior * self.top  # follows the text: see `target_top`
         return acc
+
+    def target_top(self, top: float) -> None:
+        """A point-mass draft (a translated model's argmax) at a position is
+        accepted with the target's probability of it, at most the target's top
+        probability there: on free sampled text (top ≈ 0.4-0.6) far below the
+        prior fitted to greedy runs, where a right token is always accepted. So
+        while sampling, such a model's prior is `prior` × the running mean of the
+        top probability at the rows tokens were emitted from (1 on copied text,
+        where nothing changes). Lookup's keys keep theirs: an n-gram match is
+        evidence of copying, where the target is surer than the text around it
+        (replayed, scaling them too lost on copy-heavy requests; README
+        "Sampled drafts' prior follows the target")."""
+        self.top = top if self.top is None else self.top + self.TOP_RATE * (top - self.top)
 
     def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
         """Expected tokens per second for k = 0 … len(alphas)."""
