@@ -281,7 +281,9 @@ class CostAware(Policy):
     catch-up), and a catch-up of the draft's cache (a pass of that many rows
     on the draft's curve; the bulk rate per token beyond it).
     Acceptance: a posterior per draft position (per key), from decayed counts;
-    a draft model's rounds (MODEL_KEY) start from DRAFT_MODEL_PRIOR.
+    a draft model's rounds (MODEL_KEY) start from DRAFT_MODEL_PRIOR; a translated
+    model's, while sampling, from `prior` × the target's running top probability
+    (`target_top`).
     With prompt lookup alongside a draft model, each round weighs lookup's
     offer against the model (`choose_offer`).
 
