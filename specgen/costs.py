@@ -25,7 +25,7 @@ import numpy as np
 # (README, "Why the wall clock lagged the replay").
 ROW_POINTS = list(range(1, 33))
 # Profiles of another version (interpolated between sparse points) are measured
-# again, never merged with (their low in-between figures would survive a merge).
+# again; a merge keeps only their measured figures (`_trusted`).
 PROFILE_VERSION = 2
 
 
@@ -134,14 +134,24 @@ def _inflated(engine, f: Path, prof: dict) -> bool:
     return any(t < INFLATED * curve[n] for n, t in now.items() if n < len(curve))
 
 
+def _trusted(prof: dict, n: int) -> bool:
+    """Is figure n of a cached profile a measurement (never below the truth)? All are
+    in this version's; in a sparse one (no version) only the rows it measured whose
+    non-decreasing clamp cannot have lowered them: 1-4 and the multiples of 4 (the
+    sawtooth's low points)."""
+    return prof.get("version") == PROFILE_VERSION or n <= 4 or n % 4 == 0
+
+
 def _merge(old: dict | None, new: dict) -> dict:
     """A retaken profile never worse than the one it replaces: each figure is the
-    lower of the two (each is the truth plus what other processes added). An old
-    profile of another version is not merged with (see PROFILE_VERSION)."""
+    lower of the two (each is the truth plus what other processes added), where the
+    old one's is a measurement (`_trusted`: an old sparse profile's in-between
+    figures were interpolated too low, and are not kept)."""
     try:
-        if len(old["verify_s"]) != len(new["verify_s"]) or old.get("version") != new.get("version"):
+        if len(old["verify_s"]) != len(new["verify_s"]) or new.get("version") != PROFILE_VERSION:
             return new
-        curve = [min(float(a), b) for a, b in zip(old["verify_s"], new["verify_s"])]
+        curve = [min(float(a), b) if _trusted(old, n) else b
+                 for n, (a, b) in enumerate(zip(old["verify_s"], new["verify_s"]))]
         feed = min(float(old["feed_s"]), new["feed_s"])
     except (TypeError, KeyError, ValueError, AttributeError):  # no old profile, or not one to trust
         return new
