@@ -68,8 +68,8 @@ def verify_cost(curve: Sequence[float], rows: int) -> float:
     alone may fall)."""
     if rows < len(curve):
         return curve[rows]
-    span = min(4, len(curve) - 1)
-    slope = (curve[-1] - curve[-1 - span]) / span if span > 0 else 0.0
+    span = min(4, len(curve) - 2)  # measured points only (index 0 is unused) ...
+    slope = (curve[-1] - curve[-1 - span]) / span if span > 0 else curve[-1]  # ... or one: as 0 to it
     return curve[-1] + (rows - len(curve) + 1) * max(slope, 0.0)
 
 

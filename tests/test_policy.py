@@ -572,3 +572,5 @@ def test_verify_cost_beyond_a_sawtooth_curve_grows_by_its_last_period():
     assert beyond[0] > saw[32] and all(b > a for a, b in zip(beyond, beyond[1:]))
     assert verify_cost(saw, 36) == pytest.approx(saw[32] + 0.012)  # one more block of 4 rows
     assert verify_cost(CPU, 40) == pytest.approx(0.014 * (1 + 0.35 * 39))  # a straight curve stays straight
+    assert verify_cost([0.0, 0.01, 0.03], 4) == pytest.approx(0.07)  # two points: their slope
+    assert verify_cost([0.0, 0.01], 3) == pytest.approx(0.03)  # one: a line through 0
