@@ -50,14 +50,16 @@ def _wrap_llama() -> None:
         setattr(llama_cpp, name, clocked)
 
 
-def trace_one(target, prompt, drafter, n, k_max) -> list[dict]:
+def trace_one(target, prompt, drafter, n, k_max, name="") -> list[dict]:
     """One generation; per round after the prefill: position, k, accepted, and seconds
-    in decode, logits, rollback and the host (the round's wall time less those three)."""
+    in decode, logits, rollback and the host (the round's wall time less those three).
+    name: the config (`suffix.py`'s), for its cost policy (`:sparse`)."""
+    from suffix import make_cost_policy
+
     from specgen.decoding import Generation
-    from specgen.loader import make_policy
 
     k = k_max if drafter is not None else 0
-    policy = make_policy("cost", k, target, shared=getattr(drafter, "policy_stats", None)) if k else None
+    policy = make_cost_policy(name, k, target, shared=getattr(drafter, "policy_stats", None)) if k else None
     gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
     rounds = iter(gen)
     next(rounds)
@@ -183,12 +185,12 @@ def main(argv=None) -> None:
         for _, toks in prompts[: args.start]:  # warm the global indexes, untimed
             for c, d in drafters.items():
                 if d is not None and getattr(d, "global_index", None) is not None:
-                    trace_one(e, toks, d, args.n, args.k_max)
+                    trace_one(e, toks, d, args.n, args.k_max, c)
         traces = {c: {} for c in args.configs}
         for i, (rid, toks) in enumerate(prompts[args.start:]):
             order = args.configs[i % len(args.configs):] + args.configs[: i % len(args.configs)]
             for c in order:
-                traces[c][rid] = trace_one(e, toks, drafters[c], args.n, args.k_max)
+                traces[c][rid] = trace_one(e, toks, drafters[c], args.n, args.k_max, c)
             print(f"{rid}: " + " ".join(f"{c}={sum(r['acc'] + 1 for r in traces[c][rid]) / sum(r['wall'] for r in traces[c][rid]):.1f} tok/s"
                                         for c in args.configs), file=sys.stderr, flush=True)
         positions = sorted({p for p in args.at if 0 < p < args.ctx - 40})
