@@ -102,8 +102,42 @@ def bundled_requests() -> list[tuple[str, str]]:
 # statistics: no `cut_at_split`, a fresh policy per request (before and after, one run).
 # suffix+global:counts -- the cost policy reads the index's counts along each draft
 # (`SuffixDrafter(counts=True)`, `policy.with_counts`)
+# suffix+global:sparse -- its cost policy priced by the verify curve as profiles
+# were before 2026-12-01: measured at SPARSE_ROWS only, interpolated, made
+# non-decreasing (`sparse_curve`; specgen.costs.ROW_POINTS says why that was wrong)
 CONFIGS = ("plain", "lookup", "suffix", "suffix+global", "suffix+global:frequent", "suffix+global:old",
-           "suffix+global:counts")
+           "suffix+global:counts", "suffix+global:sparse")
+SPARSE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+def sparse_curve(curve):
+    """A verify curve (index 0 unused) as a profile of SPARSE_ROWS priced it: those
+    row counts as measured, the rest interpolated between them, then clamped to be
+    non-decreasing (a point above a later one was taken for a disturbed one)."""
+    pts = [n for n in SPARSE_ROWS if n < len(curve)]
+    at = {n: curve[n] for n in pts}
+    for a, b in reversed(list(zip(pts, pts[1:]))):
+        at[a] = min(at[a], at[b])
+    out = [0.0]
+    for n in range(1, len(curve)):
+        lo = max(p for p in pts if p <= n)
+        hi = min((p for p in pts if p >= n), default=lo)
+        w = 0.0 if hi == lo else (n - lo) / (hi - lo)
+        out.append(at[lo] * (1 - w) + at[hi] * w)
+    return out
+
+
+def make_cost_policy(name: str, k: int, target, shared=None):
+    """The cost policy of a config: as the CLI's (`make_policy`), or with `:sparse`
+    its verify curve priced as before every row count was measured."""
+    from specgen.loader import make_policy
+
+    if not name.endswith(":sparse"):
+        return make_policy("cost", k, target, shared=shared)
+    from specgen.costs import cost_profile
+    from specgen.policy import CostAware
+
+    return CostAware(k, sparse_curve(cost_profile(target)["verify_s"]), shared=shared)
 
 
 def make_drafter(name: str):
@@ -122,12 +156,11 @@ def make_drafter(name: str):
     return d
 
 
-def run_one(target, prompt, drafter, n, k_max, tree_width=1):
+def run_one(target, prompt, drafter, n, k_max, tree_width=1, name=""):
     from specgen.decoding import Generation
-    from specgen.loader import make_policy
 
     k = k_max if drafter is not None else 0
-    policy = make_policy("cost", k, target, shared=getattr(drafter, "policy_stats", None)) if k else None
+    policy = make_cost_policy(name, k, target, shared=getattr(drafter, "policy_stats", None)) if k else None
     if tree_width > 1:
         from specgen.treedecode import TreeGeneration
 
@@ -294,7 +327,7 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
         for rid, text, toks in prompts[:start]:
             for c in configs:
                 if "+global" in c:
-                    run_one(target, toks, drafters[c][0], args.n, args.k_max, drafters[c][1])
+                    run_one(target, toks, drafters[c][0], args.n, args.k_max, drafters[c][1], c)
         for i, (rid, text, toks) in enumerate(prompts[start:], start):
             order = names[i % len(names):] + names[: i % len(names)]
             if rep % 2:
@@ -307,7 +340,7 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
                         print(f"warning: {rid} {c}: {r['error']}", file=sys.stderr)
                 else:
                     d, w = drafters[c]
-                    r = run_one(target, toks, d, args.n, args.k_max, w)
+                    r = run_one(target, toks, d, args.n, args.k_max, w, c)
                 results[rid][c].append(r)
             plain = results[rid]["plain"][-1]["tokens"]
             rows = None

@@ -277,7 +277,9 @@ def config_drafter(name: str):
     suffix+global; `local`: without it; `lookup`: prompt lookup. Options after a colon:
     SuffixDrafter's integer arguments (`cut_at_split=0`), `shared=0` (a fresh policy per
     request, not the index's carried statistics), `hindsight=1` (each proposal cut to what
-    plain's text accepts and drafted whole: the drafter under a perfect draft length)."""
+    plain's text accepts and drafted whole: the drafter under a perfect draft length), `sparse=1`
+    (the policy priced by the verify curve as profiles did before every row count was
+    measured, `suffix.sparse_curve`; the rounds are priced by the real curve all the same)."""
     from specgen.drafters import PromptLookup
     from specgen.suffix import SuffixDrafter
 
@@ -286,6 +288,7 @@ def config_drafter(name: str):
     fresh = kw.pop("shared", "1") == "0"  # shared=0: a fresh policy per request (no carried statistics)
     kw.pop("hindsight", None)  # replay's: perfect draft lengths for this drafter's proposals
     kw.pop("pick", None)  # replay's: a ceiling on the choice of continuation
+    kw.pop("sparse", None)  # replay's: the policy's curve as profiles priced it before 2026-12-01
     if base == "lookup":
         return PromptLookup()
     if base not in ("current", "local"):
@@ -332,11 +335,12 @@ def main(argv=None) -> None:
                     help="price the target passes only, not the host's CPU time: the same figures on every run")
     args = ap.parse_args(argv)
 
-    from suffix import agent_example_requests, agent_requests, bundled_requests
+    from suffix import agent_example_requests, agent_requests, bundled_requests, sparse_curve
 
     from specgen.costs import cost_profile
     from specgen.engine import Engine
     from specgen.loader import make_policy
+    from specgen.policy import CostAware
 
     merged, meta = load_records(args.records)
     workloads = {"bundled": bundled_requests, "agent": agent_requests, "agent-example": agent_example_requests}
@@ -371,7 +375,13 @@ def main(argv=None) -> None:
                 pick = next((o[5:] for o in c.partition(":")[2].split(",") if o.startswith("pick=")), "")
                 if pick not in ("", "oracle", "pool") or (pick == "pool" and not hasattr(drafter, "global_index")):
                     raise SystemExit(f"unknown pick in {c} (pick=oracle, or pool for a suffix config)")
-                res = replay(reqs, drafter, args.k_max, curve, lambda: make_policy("cost", args.k_max, e, shared=shared),
+                sparse = "sparse=1" in c.partition(":")[2].split(",")  # priced on `curve` all the same
+
+                def new_policy(shared=shared, sparse=sparse):
+                    if sparse:
+                        return CostAware(args.k_max, sparse_curve(curve), shared=shared)
+                    return make_policy("cost", args.k_max, e, shared=shared)
+                res = replay(reqs, drafter, args.k_max, curve, new_policy,
                              hindsight="hindsight=1" in c, pick=pick, lengths={rid: ls[0] for rid, ls in lens.items()},
                              host=not args.no_host)
                 for r, (rid, prompt, _) in zip(res, reqs):

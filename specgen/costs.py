@@ -16,7 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
-ROW_POINTS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
+# Every row count is measured: the curve is a sawtooth, not a line. llama.cpp's
+# CPU kernels for repacked quantized weights (ggml-cpu/repack.cpp) multiply rows
+# in blocks of 4 and the rest one at a time, each at nearly a single row's cost,
+# so 5 rows cost far more than 4, and 7 more than 8. Interpolating between
+# sparse points (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, before 2026-12-01) priced the
+# passes of 5, 7, 9-11, 13-15 and 17 rows 16-44 % below what real rounds took
+# (README, "Why the wall clock lagged the replay").
+ROW_POINTS = list(range(1, 33))
+# Profiles of another version (interpolated between sparse points) are measured
+# again; a merge keeps only their measured figures (`_trusted`).
+PROFILE_VERSION = 2
 
 
 def _key(path: Path, threads: int, gpu_layers: int) -> str:
@@ -49,11 +59,15 @@ def measure_verify(engine, max_rows: int = 32, repeats: int = 5) -> list[float]:
     base = len(prompt)
     points = [n for n in ROW_POINTS if n <= max_rows]
     _time_pass(engine, filler, points[-1], base, 1)  # warm-up
-    measured = {n: _time_pass(engine, filler, n, base, repeats) for n in points}
-    # More rows never cost less, and other processes only ever add time: a
-    # point above a later (larger) one was disturbed, so it takes that value.
-    for a, b in reversed(list(zip(points, points[1:]))):
-        measured[a] = min(measured[a], measured[b])
+    # Each figure as measured, even where it falls (7 rows cost more than 8: see
+    # ROW_POINTS); other processes only ever add time, so the least of the repeats.
+    # The repeats go round the row counts (a burst of load then touches one of a
+    # figure's passes, not all), each pass after one of another shape, as in a run.
+    times: dict[int, list[float]] = {n: [] for n in points}
+    for _ in range(repeats):
+        for n in points:
+            times[n].append(_time_pass(engine, filler, n, base, 1))
+    measured = {n: min(ts) for n, ts in times.items()}
     out = [0.0]
     for n in range(1, max_rows + 1):
         lo = max(p for p in points if p <= n)
@@ -120,19 +134,27 @@ def _inflated(engine, f: Path, prof: dict) -> bool:
     return any(t < INFLATED * curve[n] for n, t in now.items() if n < len(curve))
 
 
+def _trusted(prof: dict, n: int) -> bool:
+    """Is figure n of a cached profile a measurement (never below the truth)? All are
+    in this version's; in a sparse one (no version) only the rows it measured whose
+    non-decreasing clamp cannot have lowered them: 1-4 and the multiples of 4 (the
+    sawtooth's low points)."""
+    return prof.get("version") == PROFILE_VERSION or n <= 4 or n % 4 == 0
+
+
 def _merge(old: dict | None, new: dict) -> dict:
     """A retaken profile never worse than the one it replaces: each figure is the
-    lower of the two (each is the truth plus what other processes added), the
-    curve then made non-decreasing again."""
+    lower of the two (each is the truth plus what other processes added), where the
+    old one's is a measurement (`_trusted`: an old sparse profile's in-between
+    figures were interpolated too low, and are not kept)."""
     try:
-        if len(old["verify_s"]) != len(new["verify_s"]):
+        if len(old["verify_s"]) != len(new["verify_s"]) or new.get("version") != PROFILE_VERSION:
             return new
-        curve = [min(float(a), b) for a, b in zip(old["verify_s"], new["verify_s"])]
+        curve = [min(float(a), b) if _trusted(old, n) else b
+                 for n, (a, b) in enumerate(zip(old["verify_s"], new["verify_s"]))]
         feed = min(float(old["feed_s"]), new["feed_s"])
-    except (TypeError, KeyError, ValueError):  # no old profile, or not one to trust
+    except (TypeError, KeyError, ValueError, AttributeError):  # no old profile, or not one to trust
         return new
-    for n in range(len(curve) - 2, 0, -1):
-        curve[n] = min(curve[n], curve[n + 1])
     return {**new, "verify_s": curve, "feed_s": feed}
 
 
@@ -168,13 +190,14 @@ def cost_profile(engine, *, cache: Path | None = None, refresh: bool = False) ->
     if f.exists() and not refresh:
         try:
             old = json.loads(f.read_text())
-            # profiles from before feed_s, and ones a busy machine inflated, are measured again
-            if "feed_s" in old and not _inflated(engine, f, old):
+            # profiles of another version (from before feed_s, or interpolated between
+            # sparse row counts), and ones a busy machine inflated, are measured again
+            if "feed_s" in old and old.get("version") == PROFILE_VERSION and not _inflated(engine, f, old):
                 return old
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             old = None  # a damaged cache entry is measured again
-    prof = {"model": str(engine.path), "threads": engine.n_threads, "verify_s": measure_verify(engine),
-            "feed_s": measure_feed(engine), "measured_at": time.time()}
+    prof = {"model": str(engine.path), "threads": engine.n_threads, "version": PROFILE_VERSION,
+            "verify_s": measure_verify(engine), "feed_s": measure_feed(engine), "measured_at": time.time()}
     # a retake keeps the better figures (a refresh does not: it may follow a change of machine)
     prof = _merge(old, prof)
     _checked.add(f)

@@ -65,10 +65,14 @@ def unused_offer_outcome(offer: Sequence[int], emitted: Sequence[int]) -> tuple[
 
 def verify_cost(curve: Sequence[float], rows: int) -> float:
     """Seconds of a target pass with `rows` logit rows; curve[n] measured for n < len(curve)
-    (index 0 unused), extended linearly from its last two points beyond."""
+    (index 0 unused), extended linearly beyond by its mean slope over the last 4 rows
+    (one period of the CPU curve's sawtooth: `costs.ROW_POINTS`; the last two points
+    alone may fall)."""
     if rows < len(curve):
         return curve[rows]
-    return curve[-1] + (rows - len(curve) + 1) * (curve[-1] - curve[-2])
+    span = min(4, len(curve) - 2)  # measured points only (index 0 is unused) ...
+    slope = (curve[-1] - curve[-1 - span]) / span if span > 0 else curve[-1]  # ... or one: as 0 to it
+    return curve[-1] + (rows - len(curve) + 1) * max(slope, 0.0)
 
 
 @dataclass(frozen=True)

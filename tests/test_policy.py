@@ -5,7 +5,7 @@ import pytest
 
 from specgen.drafters import Draft
 from specgen.policy import (CostAware, FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate,
-                            unused_offer_outcome, with_counts)
+                            unused_offer_outcome, verify_cost, with_counts)
 
 # A CPU-like verify curve: n rows cost 14 ms * (1 + 0.35 (n - 1))
 CPU = [0.0] + [0.014 * (1 + 0.35 * (n - 1)) for n in range(1, 33)]
@@ -560,6 +560,20 @@ def test_an_offers_counts_never_speak_for_the_draft_model():
         p.update(0, k, k, CPU[k + 1])
     # no offer: the model's k is not cut by counts meant for an offer
     assert np.median([p.choose_offer(1, 0, 8, split)[0] for _ in range(20)]) >= 4
+
+
+def test_verify_cost_beyond_a_sawtooth_curve_grows_by_its_last_period():
+    """CPU curves are sawtooths of period 4 rows (costs.ROW_POINTS): 32 rows cost
+    less than 31, so a slope from the last two points alone would price the
+    rows beyond the curve (a shared step's) as ever cheaper."""
+    saw = [0.0] + [0.010 + 0.012 * (n // 4) + 0.0045 * (n % 4) for n in range(1, 33)]
+    assert saw[32] < saw[31]
+    beyond = [verify_cost(saw, n) for n in range(33, 45)]
+    assert beyond[0] > saw[32] and all(b > a for a, b in zip(beyond, beyond[1:]))
+    assert verify_cost(saw, 36) == pytest.approx(saw[32] + 0.012)  # one more block of 4 rows
+    assert verify_cost(CPU, 40) == pytest.approx(0.014 * (1 + 0.35 * 39))  # a straight curve stays straight
+    assert verify_cost([0.0, 0.01, 0.03], 4) == pytest.approx(0.07)  # two points: their slope
+    assert verify_cost([0.0, 0.01], 3) == pytest.approx(0.03)  # one: a line through 0
 
 
 def sampling_policy(draft_picks=False, model_prior=None):
