@@ -16,7 +16,8 @@ step: JSON lines, one per (configuration, repeat, class), then a total.
 
 A --config is NAME or NAME=FLAGS, FLAGS from: --no-spec, -k N (fixed k),
 --shared-step-rows N (the prefill cap beside generating sequences,
-specgen.serving.SHARED_STEP_ROWS).
+specgen.serving.SHARED_STEP_ROWS), --row-group N (shared steps shaped to a
+multiple of N rows, specgen.serving.ROW_GROUP; 1: off).
 --categories code-edit,reformat serves only those categories of the set.
 """
 
@@ -45,6 +46,7 @@ def parse_config(text: str) -> tuple[str, dict]:
     p.add_argument("--no-spec", action="store_true")
     p.add_argument("-k", type=int, default=None)
     p.add_argument("--shared-step-rows", type=int, default=S.SHARED_STEP_ROWS)
+    p.add_argument("--row-group", type=int, default=S.ROW_GROUP)
     return name, vars(p.parse_args(flags.split()))
 
 
@@ -135,6 +137,7 @@ def main() -> None:
             for name in (list(servings) if rep % 2 == 0 else list(servings)[::-1]):
                 serving = servings[name]
                 S.SHARED_STEP_ROWS = configs[name]["shared_step_rows"]
+                S.ROW_GROUP = configs[name]["row_group"]
                 prompts = [serving.target.tokenize(r.prompt) for r in reqs]
                 log: list = []
                 wall, server = closed_loop(serving, prompts, [r.id for r in reqs], a.concurrency, a.max_tokens, log)

@@ -76,6 +76,12 @@ MAX_SLOTS = 256  # llama.cpp's LLAMA_MAX_SEQ
 # (nothing generating) chunks lose (600 tokens: 1294 ms whole, 1564 in 63s),
 # so a prompt alone still takes the whole batch.
 SHARED_STEP_ROWS = 63
+# A shared step's rows go to llama.cpp's CPU matmuls in gemm blocks of 4, and
+# the 1-3 left over one by one through gemv, each about as dear as a block
+# (four sequences: 37 ms at 4 rows, 60-72 ms at 5-7, 58 ms at 8): shared steps
+# are shaped to a multiple of ROW_GROUP rows (drafts lengthened from free
+# offers or cut, a prompt chunk that does not end its prompt cut). 1: off.
+ROW_GROUP = 4
 SLOT_SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity: a smaller match takes the least recently used slot
 
 
@@ -469,8 +475,11 @@ class Server:
             a.chunk = len(chunk)
             prefill_parts.append((a, chunk, 1 if last else 0))
             budget -= len(chunk)
+        if generating and prefill_parts and not (drafts and self.drafter is not None):
+            self._fit_chunks(prefill_parts, len(generating))
         prefill_rows = sum(len(c) for _, c, _ in prefill_parts)
-        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter if drafts else None, prefill_rows)):
+        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter if drafts else None,
+                                                 prefill_rows, ROW_GROUP)):
             a.planned = rows
         parts, owners = [], []
         for a in generating:
@@ -482,6 +491,18 @@ class Server:
             owners.append((a, "prefill"))
         self.step_log.append((len(parts), sum(len(a.planned or ()) for a in generating), prefill_rows))
         return parts, owners
+
+    @staticmethod
+    def _fit_chunks(prefill_parts: list, verify_rows: int) -> None:
+        """Cut a chunk that does not end its prompt so the step's rows are a
+        multiple of ROW_GROUP (its rows go in the next step); in place."""
+        r = (verify_rows + sum(len(c) for _, c, _ in prefill_parts)) % ROW_GROUP
+        for i in reversed(range(len(prefill_parts)) if r else ()):
+            a, chunk, n_logits = prefill_parts[i]
+            if n_logits == 0 and len(chunk) > r:
+                a.chunk = len(chunk) - r
+                prefill_parts[i] = (a, chunk[: a.chunk], 0)
+                return
 
     def _settle(self, generating: list[_Active], owners, views) -> list[_Active]:
         finished = [a for a in generating if a.planned is None]  # plan() said done (context full)
