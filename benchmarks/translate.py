@@ -40,12 +40,27 @@ def configs(k: int) -> list[tuple[str, dict]]:
 
 
 OLD = ":old"  # a cost configuration with the cost policy's earlier exploration (only when asked for)
+FLAT = ":flat"  # ... with the translated model's prior as under greedy (only when asked for)
 
 
 def old_exploration(policy) -> None:
     """The cost policy's exploration before the near rule: a draw past a drafting
     best drafts its own best length."""
     policy.explore_near = False
+
+
+def flat_prior(policy) -> None:
+    """The translated model's prior before it followed the target's top probability
+    (sampling): the same as under greedy."""
+    policy.top_prior = False
+
+
+VARIANTS = {OLD: old_exploration, FLAT: flat_prior}
+
+
+def variant(name: str):
+    """The change a configuration's suffix makes to its fresh policy, or None."""
+    return next((fn for suffix, fn in VARIANTS.items() if name.endswith(suffix)), None)
 
 
 def translator(drafter):
@@ -63,7 +78,7 @@ def estimate(policy, k: int) -> float | None:
     return (verify_cost(policy.verify_s, k + 1) + k * policy.draft_step_s) * policy.round_scale
 
 
-def run_one(loaded, prompt, n, params, trace=None, label="", old=False):
+def run_one(loaded, prompt, n, params, trace=None, label="", change=None):
     from specgen.decoding import Generation
 
     target, tr = loaded.target, translator(loaded.drafter)
@@ -71,8 +86,8 @@ def run_one(loaded, prompt, n, params, trace=None, label="", old=False):
     if loaded.draft_engine is not None:
         loaded.draft_engine.truncate(0, 0)
     policy = loaded.new_policy()
-    if old:
-        old_exploration(policy)
+    if change is not None:
+        change(policy)
     choice = {}
     if hasattr(policy, "choose_offer"):
         inner = policy.choose_offer
@@ -143,7 +158,8 @@ def main() -> None:
     ap.add_argument("--categories", default="", help="comma-separated categories (default: all)")
     ap.add_argument("--trace", type=Path, help="write one JSON line per round here")
     ap.add_argument("--configs", default="", help="comma-separated configurations to run besides plain "
-                    "(k=K, alone, default; default: all; alone:old, default:old: the earlier exploration, side by side)")
+                    "(k=K, alone, default; default: all; alone:old, default:old: the earlier exploration, side by side; "
+                    "alone:flat, default:flat: the translated model's prior not following the target's top probability)")
     args = ap.parse_args()
 
     from specgen.bench.requests import request_tokens
@@ -160,10 +176,10 @@ def main() -> None:
     reqs = requests(args.per_category, {c for c in args.categories.split(",") if c})
     want = {c for c in args.configs.split(",") if c}
     cfgs = [(name, kw) for name, kw in configs(args.k) if name == "plain" or not want or name in want]
-    cfgs += [(name + OLD, kw) for name, kw in configs(args.k) if name + OLD in want]
+    cfgs += [(name + sfx, kw) for sfx in VARIANTS for name, kw in configs(args.k) if name + sfx in want]
     loaded = {}
-    for name, kw in cfgs:  # an ':old' configuration shares its models with its base
-        base = name.removesuffix(OLD)
+    for name, kw in cfgs:  # an ':old' or ':flat' configuration shares its models with its base
+        base = name.partition(":")[0]
         loaded[name] = loaded.get(base) or open_models(ModelOptions(model=str(tpath), threads=args.threads, **kw))
         loaded.setdefault(base, loaded[name])
     trace = args.trace.open("w") if args.trace else None
@@ -175,7 +191,7 @@ def main() -> None:
     try:
         first = request_tokens(loaded["plain"].target, reqs[0])
         for name, _ in cfgs:  # warm-up
-            run_one(loaded[name], first, 8, params, old=name.endswith(OLD))
+            run_one(loaded[name], first, 8, params, change=variant(name))
         for i, r in enumerate(reqs):
             prompt = request_tokens(loaded["plain"].target, r)
             res = {name: [] for name, _ in cfgs}
@@ -183,7 +199,7 @@ def main() -> None:
                 order = cfgs if (i + rep) % 2 == 0 else cfgs[::-1]
                 for name, _ in order:
                     res[name].append(run_one(loaded[name], prompt, args.n, params, trace, f"{r.id}/{name}/{rep}",
-                                             old=name.endswith(OLD)))
+                                             change=variant(name)))
             plain = statistics.median(x["tps"] for x in res["plain"])
             for name, _ in cfgs:
                 runs = res[name]

@@ -16,7 +16,10 @@ Recorded once per request, sampling seed and length (cached under
 every prefix m, the draft's own tokens of the text (its stream), its 8-token
 greedy continuation, that continuation's translation into target tokens for
 each k (the text of its first k tokens, re-encoded, at most k tokens), and
-the CPU time of that translation.
+the CPU time of that translation; and, added to older recordings on first use
+(one batched pass), the top probability of the target's processed
+distribution at each position, which the replay tells the policy as a
+sampled run's loop does (`Policy.target_top`).
 
 Replayed through the real loop (`Generation`, `plan_step`, the loader's
 drafter shape and `make_policy`'s cost policy), on a virtual clock (this
@@ -35,7 +38,8 @@ policy, the model alone), `default` (cost policy, lookup alongside), each
 cost configuration over several Thompson seeds of the policy (the product
 uses seed 0). A suffix `:NAME=VALUE+...` sets attributes on the fresh
 policy (a variant of the cost policy, e.g. `default:explore_near=0`); `:old`, the
-exploration before the near rule (the same).
+exploration before the near rule (the same); `:flat`, the translated model's
+prior not scaled by the target's top probability (`top_prior=0`).
 
     PYTHONPATH=$PWD python benchmarks/translate_replay.py [--f32] [--temp 0.8] [--seeds 1,2] [--n 48,96]
         [--categories continuation] [--per-category 4] [--configs plain,k=1,alone,alone:old,default] [--policy-seeds 8]
@@ -103,6 +107,20 @@ def record(target, draft, prompt: list[int], n: int, params) -> dict:
         trans.append(dt + (time.process_time() - t) / DEPTH)  # one update and one translation, as a round does
         conts.append(cont)
     return {"target": traj, "ctx": ctxs, "drafts": conts, "proposals": props, "translate_s": trans}
+
+
+def target_tops(target, prompt: list[int], traj: list[int], params) -> list[float]:
+    """At every recorded position, the top probability of the target's processed
+    distribution there (what a sampled run's policy is told, `Policy.target_top`):
+    one batched pass over the recorded text, logits on its rows."""
+    import numpy as np
+
+    from specgen.sampling import probs
+
+    target.truncate(0, 0)
+    rows = [np.array(target.sync(0, prompt))]
+    rows += list(np.array(target.decode(0, traj[:-1], len(traj) - 1)))
+    return [float(probs(row[: target.n_vocab], params).max()) for row in rows]
 
 
 # -- replay --------------------------------------------------------------------
@@ -191,11 +209,14 @@ class ReplayDraft:
 
 
 def parse_config(name: str) -> tuple[str, dict]:
-    """`default:old` (the earlier exploration: translate.py's old_exploration) or
+    """`default:old` (the earlier exploration: translate.py's old_exploration), `default:flat`
+    (the prior as under greedy: translate.py's flat_prior) or
     `default:NAME=VALUE+NAME=VALUE` (attributes of the fresh cost policy)."""
     base, _, opts = name.partition(":")
     if opts == "old":
         return base, {"explore_near": 0.0}
+    if opts == "flat":
+        return base, {"top_prior": 0.0}
     return base, {k: float(v) for k, v in (o.split("=") for o in opts.split("+") if o)}
 
 
@@ -231,8 +252,10 @@ def replay_one(rec, prompt, n, config, costs, engines, pick_s, policy_seed=0) ->
                 setattr(policy, a, type(getattr(policy, a))(v))
         policy.sampling(pick_s, draft_picks=False)  # the replay's loop is greedy on the recorded tokens
         gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
-        for _ in gen:
-            pass
+        tops = iter(rec["top"])
+        for r in gen:  # what a sampled run's rule tells the policy of each row it emitted from
+            for _ in r.tokens:
+                policy.target_top(next(tops))
     finally:
         decoding.time = real
     assert gen.tokens == rec["target"][:n], "the replay left the recorded tokens"
@@ -327,6 +350,9 @@ def main(argv=None) -> None:
                     rec = json.loads(path.read_text())
                 else:
                     rec = record(target, draft, prompt, max(ns), SamplingParams(args.temp, seed=s))
+                    path.write_text(json.dumps(rec))
+                if "top" not in rec:  # recorded before the policy read the target's top probability
+                    rec["top"] = target_tops(target, prompt, rec["target"], SamplingParams(args.temp, seed=0))
                     path.write_text(json.dumps(rec))
                 recs.append((r, s, prompt, rec))
         v = costs["verify"]

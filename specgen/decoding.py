@@ -268,7 +268,12 @@ class Generation:
     def first(self, row: np.ndarray) -> Round:
         """Round 1: the prompt's last row gives the first token."""
         st = self.stats
-        tok = self._pick(row)
+        if self.params.greedy or self.drafter is None:
+            tok = self._pick(row)
+        else:
+            p = probs(row, self.params)
+            tok = sample(p, self.rng)
+            self.policy.target_top(float(p.max()))
         st.prefill_s = time.perf_counter() - self._start
         r = Round(self._emit([tok]), 0, 0, 0.0, st.prefill_s)
         self.context.extend(r.tokens)
@@ -310,6 +315,8 @@ class Generation:
         else:
             p = _LazyRows(rows, lambda x: probs(x, self.params))
             n_acc, nxt = accept_sampled(d, p, draft.q, self.rng)
+            for i in range(n_acc + 1):  # the rows the rule emitted from (it computed them)
+                self.policy.target_top(float(p[i].max()))
         if n_acc < len(d):
             self.target.truncate(self.seq, self._base + 1 + n_acc)
         emitted = self._emit(d[:n_acc] + [nxt])

@@ -24,6 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
+from specgen.estimates import Estimates
+
 
 def expected_tokens(alphas: Sequence[float]) -> float:
     """E[tokens per round] drafting len(alphas) tokens (Leviathan et al.).
@@ -137,59 +139,6 @@ def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_ste
     )
 
 
-def _follow(estimate: float, seen: float, ceiling: float) -> float:
-    """Move a cost estimate toward a new observation: quickly down, slowly up,
-    never above its profile (`ceiling`). Other processes only ever add time,
-    and they slow every pass alike; but only the passes in use are observed
-    (the target's alone while drafting is off), so estimates allowed to climb
-    with the load would drift apart and skew every comparison. A faster pass
-    is evidence of the true cost; a slower one is only let back up to the
-    profile, which a quiet machine measured (`costs` retakes inflated ones)."""
-    if estimate <= 0:
-        return seen
-    if seen < estimate:
-        return estimate + 0.2 * (seen - estimate)
-    return min(estimate + 0.05 * (seen - estimate), max(ceiling, estimate))
-
-
-class Estimates:
-    """One model's costs now: its measured profile (figures by row count or
-    name), corrected by the passes observed. A figure observed follows its
-    own observations (`_follow`); every other one is its profile × the
-    model's `level`, the ratio its observed passes ran at against their
-    profile (taken at once when lower, let up slowly, never above 1). Other processes slow every pass
-    alike, so a pass faster than its profile at one row count shows the
-    profile inflated at the others too (taken on a busy machine): without the
-    level, a figure never observed (a plain step while drafting is on) would
-    keep an inflated price, and every comparison with it would tilt. An
-    underestimated figure gets chosen, observed, and corrected; an
-    overestimated one might never be."""
-
-    def __init__(self, profile: dict) -> None:
-        self.profile = dict(profile)
-        self.own: dict = {}  # figure -> its estimate, once observed
-        self.level = 1.0
-
-    def __getitem__(self, key) -> float:
-        own = self.own.get(key)
-        return own if own is not None else self.profile[key] * self.level
-
-    def observe(self, key, seen: float, sets_level: bool = True) -> None:
-        """A pass of figure `key` took `seen` seconds. `sets_level`: False for a
-        kind of pass whose cost departs from its profile's by its size (a bulk
-        feed of more or fewer tokens than profiled), not only by the load."""
-        base = self.profile.get(key, 0.0)
-        if seen <= 0:
-            return
-        if base <= 0:  # nothing profiled: the first pass observed is the estimate, as before
-            self.own[key] = _follow(self.own.get(key, 0.0), seen, 0.0)
-            return
-        if sets_level:  # a pass faster than the level is taken at once: load only ever adds time
-            ratio = seen / base
-            self.level = ratio if ratio < self.level else _follow(self.level, ratio, 1.0)
-        self.own[key] = _follow(self[key], seen, base)
-
-
 class Policy:
     """The interface, with a plain acceptance tally for `expected_tokens`."""
 
@@ -226,6 +175,10 @@ class Policy:
         """Should a draft model read `lag` tokens of prompt now, to draft over the
         `remaining` tokens? A policy without a cost model always drafts."""
         return True
+
+    def target_top(self, top: float) -> None:
+        """Sampling: the target's processed distribution, at a row a token was
+        just emitted from, put `top` on its likeliest token."""
 
     def sampling(self, pick_s: float, draft_picks: bool) -> None:
         """The generation samples: picking a token from one row of logits costs
@@ -332,7 +285,9 @@ class CostAware(Policy):
     catch-up), and a catch-up of the draft's cache (a pass of that many rows
     on the draft's curve; the bulk rate per token beyond it).
     Acceptance: a posterior per draft position (per key), from decayed counts;
-    a draft model's rounds (MODEL_KEY) start from DRAFT_MODEL_PRIOR.
+    a draft model's rounds (MODEL_KEY) start from DRAFT_MODEL_PRIOR; a translated
+    model's, while sampling, from `prior` × the target's running top probability
+    (`target_top`).
     With prompt lookup alongside a draft model, each round weighs lookup's
     offer against the model (`choose_offer`).
 
@@ -383,6 +338,10 @@ class CostAware(Policy):
     # past a drafting best, a draw explores only as far as it favours (False: the
     # draw's own best, as before; kept switchable for benchmarks' side-by-side runs)
     explore_near = True
+    # sampling: a point-mass draft model's prior scaled by the target's running top
+    # probability (False: the prior as under greedy; for benchmarks' side-by-side runs)
+    top_prior = True
+    TOP_RATE = 0.2  # weight of the newest row in that running mean
 
     def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0, feed_s: float = 0.0, *,
                  draft_verify_s: list[float] | None = None,
@@ -402,6 +361,7 @@ class CostAware(Policy):
         self.decay = decay
         self.idle_decay = idle_decay
         self.rng = np.random.default_rng(seed)
+        self.top: float | None = None  # the target's running top probability (sampling; None: not told)
         # key → Acceptance; a server passes one dict to all its requests' policies
         self.stats: dict[int, Acceptance] = shared if shared is not None else {}
 
@@ -421,7 +381,23 @@ class CostAware(Policy):
             else:
                 acc = Acceptance(prior=self.prior)
             self.stats[key] = acc
+        if key == MODEL_KEY and self.model_prior is None and self.top_prior and self.top is not None \
+                and not self.draft_picks:
+            acc.prior = self.prior * self.top  # follows the text: see `target_top`
         return acc
+
+    def target_top(self, top: float) -> None:
+        """A point-mass draft (a translated model's argmax) at a position is
+        accepted with the target's probability of it, at most the target's top
+        probability there: on free sampled text (top ≈ 0.4-0.6) far below the
+        prior fitted to greedy runs, where a right token is always accepted. So
+        while sampling, such a model's prior is `prior` × the running mean of the
+        top probability at the rows tokens were emitted from (1 on copied text,
+        where nothing changes). Lookup's keys keep theirs: an n-gram match is
+        evidence of copying, where the target is surer than the text around it
+        (replayed, scaling them too lost on copy-heavy requests; README
+        "Sampled drafts' prior follows the target")."""
+        self.top = top if self.top is None else self.top + self.TOP_RATE * (top - self.top)
 
     def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
         """Expected tokens per second for k = 0 … len(alphas)."""

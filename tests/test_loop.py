@@ -5,6 +5,7 @@ import pytest
 
 from fakes import FakeEngine, chain_table
 from specgen.decoding import Generation
+from specgen.policy import FixedK
 from specgen.drafters import Draft, PerSequence
 from specgen.errors import SpecgenError
 from specgen.sampling import SamplingParams
@@ -227,3 +228,27 @@ def test_the_policy_reads_a_free_drafts_counts_cut_to_the_round():
     run(gen)
     assert policy.seen[:2] == [((1, 5), (2, 5)), ((1, 5), (2, 5))]
     assert gen.tokens[:4] == [2, 3, 4, 5]
+
+
+class TopsHeard(FixedK):
+    def __init__(self):
+        super().__init__()
+        self.tops = []
+
+    def target_top(self, top):
+        self.tops.append(top)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_sampled_run_tells_its_policy_the_targets_top_probability_of_each_row_it_emitted_from(temperature):
+    eng = FakeEngine(chain_table(10))  # every row: 5.0 on the next token, 0 elsewhere
+    params = SamplingParams(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=3)
+    policy = TopsHeard()
+    gen = Generation(eng, [1], ScriptedDrafter([[2, 3, 9], [7, 7]] * 10), draft_max=3, max_tokens=12,
+                     params=params, policy=policy)
+    run(gen)
+    if temperature == 0:
+        assert policy.tops == []  # greedy: nothing to tell
+    else:
+        top = np.exp(5.0) / (np.exp(5.0) + 9)
+        assert len(policy.tops) >= len(gen.tokens) and policy.tops == pytest.approx([top] * len(policy.tops))

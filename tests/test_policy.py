@@ -574,3 +574,54 @@ def test_verify_cost_beyond_a_sawtooth_curve_grows_by_its_last_period():
     assert verify_cost(CPU, 40) == pytest.approx(0.014 * (1 + 0.35 * 39))  # a straight curve stays straight
     assert verify_cost([0.0, 0.01, 0.03], 4) == pytest.approx(0.07)  # two points: their slope
     assert verify_cost([0.0, 0.01], 3) == pytest.approx(0.03)  # one: a line through 0
+
+
+def sampling_policy(draft_picks=False, model_prior=None):
+    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED, model_prior=model_prior)
+    p.sampling(0.002, draft_picks=draft_picks)
+    return p
+
+
+def test_a_point_mass_models_prior_follows_the_targets_top_probability_when_sampling():
+    p = sampling_policy()
+    assert p.expected_tokens(0, 1) == pytest.approx(1.6)  # not told yet: the prior as under greedy
+    for top in (0.5, 0.3, 0.3, 0.3):
+        p.target_top(top)
+    top = 0.5 + 0.2 * (0.3 - 0.5)
+    top += 0.2 * (0.3 - top)
+    top += 0.2 * (0.3 - top)  # the running mean of what it was told
+    assert p.expected_tokens(0, 1) == pytest.approx(1 + 0.6 * top)
+    # evidence weighs against the scaled prior as it did against the flat one
+    p.update(0, 2, 2)
+    mean = (1 + 2 * 0.6 * top) / 3
+    assert p.expected_tokens(0, 1) == pytest.approx(1 + mean, rel=1e-3)
+    # on copied text (top 1) nothing changes
+    q = sampling_policy()
+    q.target_top(1.0)
+    assert q.expected_tokens(0, 3) == pytest.approx(expected_tokens_per_round(0.6, 3))
+
+
+def test_a_low_top_probability_keeps_a_point_mass_model_from_drafting_where_the_flat_prior_would():
+    # on free sampled text (top 0.4) the flat prior 0.6 has the first round draft; scaled, it does not
+    ks = {}
+    for scaled in (True, False):
+        p = sampling_policy()
+        p.top_prior = scaled
+        p.target_top(0.4)
+        ks[scaled] = p.rates(p._acc(0).rates(8))
+    assert max(range(9), key=ks[False].__getitem__) >= 1
+    assert max(range(9), key=ks[True].__getitem__) == 0
+
+
+def test_the_top_probability_leaves_lookup_keys_a_sampling_draft_model_and_a_switched_off_policy_alone():
+    flat = expected_tokens_per_round(0.6, 3)
+    p = sampling_policy()
+    p.target_top(0.2)
+    assert p.expected_tokens(3, 3) == pytest.approx(flat)  # lookup's key 3: a match is evidence of copying
+    for q in (sampling_policy(draft_picks=True), sampling_policy(model_prior=(0.6, 2.0))):  # the draft samples
+        q.target_top(0.2)
+        assert q.expected_tokens(0, 3) == pytest.approx(flat)
+    off = sampling_policy()
+    off.top_prior = False
+    off.target_top(0.2)
+    assert off.expected_tokens(0, 3) == pytest.approx(flat)
