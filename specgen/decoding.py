@@ -291,9 +291,9 @@ class Generation:
             return 0
         return max(0, min(self.draft_max, self.max_tokens - len(self.tokens) - 1, self.target.n_ctx - base - 1))
 
-    def situation(self, others_rows: int = 0, others_tokens: float = 0.0, counts=()) -> Situation:
+    def situation(self, others_rows: int = 0, others_tokens: float = 0.0, counts=(), row_group: int = 1) -> Situation:
         lag = self.drafter.lag(self.seq, self.context) if self.drafter is not None else 0
-        return Situation(lag, self.max_tokens - len(self.tokens), others_rows, others_tokens, tuple(counts))
+        return Situation(lag, self.max_tokens - len(self.tokens), others_rows, others_tokens, tuple(counts), row_group)
 
     def plan(self, draft: Draft, draft_s: float = 0.0, unused: Draft | None = None) -> list[int]:
         """Take this round's draft; the tokens to verify, `[last, d1 … dk]`.
@@ -399,12 +399,13 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
             offers[i] = d
     rows, tokens = busy_rows, 0.0
     picks: list[tuple[int, bool]] = []
+    group = row_group if len(live) + (busy_rows > 0) > 1 else 1  # fit_rows shapes shared steps only
     for i, (g, lim) in enumerate(live):
         later = len(live) - i - 1
         offered = min(len(offers[i].tokens), lim)
         model_limit = 0 if free or drafter is None else min(lim, getattr(drafter, "model_max", None) or lim)
         k, take = (g.policy.choose_offer(offers[i].key, offered, model_limit,
-                                         g.situation(rows + later, tokens + later, offers[i].counts[:offered]))
+                                         g.situation(rows + later, tokens + later, offers[i].counts[:offered], group))
                    if lim > 0 else (0, True))
         picks.append((k, take))
         rows += k + 1

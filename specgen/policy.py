@@ -75,6 +75,19 @@ def verify_cost(curve: Sequence[float], rows: int) -> float:
     return curve[-1] + (rows - len(curve) + 1) * max(slope, 0.0)
 
 
+def shaped_cost(curve: Sequence[float], rows: int, group: int) -> float:
+    """A shared step's cost when it will be brought to a multiple of `group` rows
+    (`decoding.fit_rows` lengthens or cuts drafts to a whole block): interpolated
+    between the multiples around `rows`, not read off the CPU curve's sawtooth
+    (5 rows cost 1.5x 4, and 8 about as much as 5), which would price the first
+    drafted row of a full block as if the step stopped there."""
+    lo = rows - rows % group
+    if group <= 1 or rows % group == 0 or lo == 0:
+        return verify_cost(curve, rows)
+    a, b = verify_cost(curve, lo), verify_cost(curve, lo + group)
+    return a + (b - a) * (rows - lo) / group
+
+
 @dataclass(frozen=True)
 class Situation:
     """What a round holds besides this sequence's own draft."""
@@ -87,6 +100,9 @@ class Situation:
     # its index saw the match so far go on with that token, of all the ways it went on
     # (`with_counts`); () for none. Never a draft model's.
     counts: tuple[tuple[int, int], ...] = ()
+    # a shared step is brought to a multiple of this many rows after planning
+    # (`decoding.fit_rows`), so its rows are priced between those multiples
+    row_group: int = 1
 
 
 ALONE = Situation()
@@ -135,7 +151,8 @@ def step_rate(alphas: Sequence[float], k: int, curve: Sequence[float], draft_ste
     s = situation
     e = expected_tokens(alphas[:k])
     return (s.others_tokens + e) / (
-        (verify_cost(curve, s.others_rows + k + 1) + k * draft_step_s) * (round_scale if k else 1.0) + e * pick_s
+        (shaped_cost(curve, s.others_rows + k + 1, s.row_group if s.others_rows else 1) + k * draft_step_s)
+        * (round_scale if k else 1.0) + e * pick_s
     )
 
 

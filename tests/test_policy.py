@@ -625,3 +625,22 @@ def test_the_top_probability_leaves_lookup_keys_a_sampling_draft_model_and_a_swi
     off.top_prior = False
     off.target_top(0.2)
     assert off.expected_tokens(0, 3) == pytest.approx(flat)
+
+
+def test_a_shared_step_brought_to_whole_blocks_is_priced_between_them_not_on_the_sawtooth():
+    from specgen.policy import Situation, shaped_cost, step_rate
+    # a CPU curve of period 4: 4 rows 33 ms, 5 rows 52 ms, 8 rows 54 ms
+    curve = [0.0, 0.020, 0.027, 0.032, 0.033, 0.052, 0.057, 0.062, 0.054]
+    assert shaped_cost(curve, 5, 4) == pytest.approx(0.033 + (0.054 - 0.033) / 4)
+    assert shaped_cost(curve, 8, 4) == curve[8] and shaped_cost(curve, 3, 4) == curve[3]
+    assert shaped_cost(curve, 5, 1) == curve[5]
+    # three other sequences' rows beside this one: one drafted row makes 5 rows
+    alphas = [0.8] * 4
+    raw = Situation(others_rows=3, others_tokens=3.0)
+    shaped = Situation(others_rows=3, others_tokens=3.0, row_group=4)
+    # on the sawtooth the first drafted row loses to plain; shaped, it pays
+    assert step_rate(alphas, 1, curve, 0.0, raw) < step_rate(alphas, 0, curve, 0.0, raw)
+    assert step_rate(alphas, 1, curve, 0.0, shaped) > step_rate(alphas, 0, curve, 0.0, shaped)
+    # alone (no others), nothing is shaped
+    alone = Situation(row_group=4)
+    assert step_rate(alphas, 1, curve, 0.0, alone) == step_rate(alphas, 1, curve, 0.0, Situation())
