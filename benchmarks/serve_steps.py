@@ -47,7 +47,10 @@ def parse_config(text: str) -> tuple[str, dict]:
     p.add_argument("-k", type=int, default=None)
     p.add_argument("--shared-step-rows", type=int, default=S.SHARED_STEP_ROWS)
     p.add_argument("--row-group", type=int, default=S.ROW_GROUP)
-    return name, vars(p.parse_args(flags.split()))
+    args = p.parse_args(flags.split())
+    if args.row_group < 1 or args.shared_step_rows < 1:
+        p.error("--row-group and --shared-step-rows must be at least 1")
+    return name, vars(args)
 
 
 def traced(server, log: list) -> None:

@@ -81,9 +81,9 @@ def shaped_cost(curve: Sequence[float], rows: int, group: int) -> float:
     between the multiples around `rows`, not read off the CPU curve's sawtooth
     (5 rows cost 1.5x 4, and 8 about as much as 5), which would price the first
     drafted row of a full block as if the step stopped there."""
-    lo = rows - rows % group
-    if group <= 1 or rows % group == 0 or lo == 0:
+    if group <= 1 or rows % group == 0 or rows < group:
         return verify_cost(curve, rows)
+    lo = rows - rows % group
     a, b = verify_cost(curve, lo), verify_cost(curve, lo + group)
     return a + (b - a) * (rows - lo) / group
 
