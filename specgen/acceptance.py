@@ -6,6 +6,11 @@ return `(n_accepted, next_token)`: the first `n_accepted` drafted tokens are
 kept and `next_token` (the target's correction, or its bonus token when every
 draft was accepted) follows them. A round therefore settles 1 … k+1 tokens.
 
+Sampled drafts with a distribution q (a draft model of the target's
+vocabulary) keep rejection sampling (accept with min(1, p/q)); point-mass
+drafts (q None) are verified by sample-and-compare, which emits, token for
+token, what plain sampling with the same generator emits.
+
 Row arguments are indexed lazily (`rows[i]`), so a caller can compute a row's
 argmax or distribution only when the rule reaches it.
 """
