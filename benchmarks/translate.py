@@ -12,7 +12,9 @@ it (`specgen.loader.open_models`):
 Per request and configuration: acceptance, tokens per round, tokens/s and
 speed vs plain (medians over repeats, the order reversing each repeat), the
 translation time per model-drafted round and its share of that round's time
-(draft + verify), and the draft lengths chosen. --trace FILE writes one JSON
+(draft + verify), the draft lengths chosen, and whether each run's tokens
+equal plain's (point-mass drafts, sampled: sample-and-compare emits plain's
+text for the seed, up to a near-tie of batch numerics; greedy: plain's argmax). --trace FILE writes one JSON
 line per round (k, whether the model drafted, its costs, what the policy
 estimated for that round before it ran).
 
@@ -188,6 +190,7 @@ def main() -> None:
     print(f"{'request':<22} {'config':<11} {'tok/s':>7} {'vs plain':>8} {'accept':>6} {'tok/round':>9} "
           f"{'transl ms':>9} {'share':>6}  k histogram")
     ratios = {name: {} for name, _ in cfgs[1:]}
+    texts = {name: [] for name, _ in cfgs[1:]}  # per request: every run's text equals plain's
     try:
         first = request_tokens(loaded["plain"].target, reqs[0])
         for name, _ in cfgs:  # warm-up
@@ -207,7 +210,11 @@ def main() -> None:
                 if name != "plain":
                     ratios[name].setdefault(r.category, []).append(tps / plain)
                 x = sorted(runs, key=lambda y: y["tps"])[len(runs) // 2]
-                same = "" if not params.greedy or x["tokens"] == res["plain"][0]["tokens"] else "  (output differs: near-tie?)"
+                equal = [shared_prefix(y["tokens"], res["plain"][0]["tokens"]) for y in runs]
+                if name != "plain":
+                    texts[name].append(min(equal) == len(res["plain"][0]["tokens"]))
+                same = "" if min(equal) == len(res["plain"][0]["tokens"]) else \
+                    f"  (parts from plain at token {min(equal)}: near-tie?)"
                 print(f"{r.id:<22} {name:<11} {tps:7.1f} {tps / plain:7.2f}x {x['acc']:6.2f} {x['mal']:9.2f} "
                       f"{x['translate_ms']:9.2f} {x['translate_share']:6.1%}  {x['k_hist']}{same}", flush=True)
     finally:
@@ -221,6 +228,17 @@ def main() -> None:
     for name, per in ratios.items():
         means = [statistics.mean(per[c]) for c in cats]
         print(f"{name:<11} " + " ".join(f"{m:11.2f}x" for m in means) + f" {min(means):5.2f}x")
+    print("worst request per category:")
+    for name, per in ratios.items():
+        print(f"{name:<11} " + " ".join(f"{min(per[c]):11.2f}x" for c in cats) +
+              f" {min(min(v) for v in per.values()):5.2f}x")
+    for name, same in texts.items():  # sampled point-mass drafts: plain's text for the seed (sample-and-compare)
+        print(f"{name}: {sum(same)} of {len(same)} requests emitted plain's tokens in every run")
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """Tokens two outputs share before they first differ."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 if __name__ == "__main__":

@@ -206,7 +206,12 @@ class Generation:
             self.policy.sampling(pick_cost(target.n_vocab, params), draft_picks=draft_picks)
         self.tokens: list[int] = []
         self.stats = Stats(prompt_tokens=len(prompt))
-        self.rng = np.random.default_rng(params.seed)
+        # The target's picks draw one uniform per emitted token from `rng` (plain, and
+        # point-mass drafts by sample-and-compare), so a seed gives the same text with
+        # or without such drafts; a drafter that samples draws from its own stream.
+        seeds = np.random.SeedSequence(params.seed)
+        self.rng = np.random.default_rng(seeds)  # the stream of default_rng(seed)
+        self.draft_rng = np.random.default_rng(seeds.spawn(1)[0])
 
     # The target's processed row: a token id (greedy) or a distribution.
     def _pick(self, row: np.ndarray) -> int:
@@ -345,7 +350,7 @@ class Generation:
             finish(self.seq, self.context)
 
     def want(self, k: int) -> Want:
-        return Want(self.seq, self.context, k, self.params, self.rng)
+        return Want(self.seq, self.context, k, self.params, self.draft_rng)
 
     def interrupt(self) -> None:
         """Mark the generation as cut short by the caller (e.g. Ctrl-C while printing)."""

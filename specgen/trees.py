@@ -8,8 +8,9 @@ position after its token. Branch 0 (nodes 0 … n0-1, a chain) is the drafter's
 single-branch draft, so a tree never accepts less than that draft would.
 
 Pure functions: the acceptance rules (greedy: the longest path the target's
-argmax follows; sampled: SpecInfer's multi-draft rejection sampling with
-point-mass drafts, lossless) and the sizing (which extra nodes pay, by
+argmax follows; sampled: the path the target's own sampled tokens follow,
+the law of SpecInfer's multi-draft rejection sampling with point-mass
+drafts, lossless) and the sizing (which extra nodes pay, by
 expected tokens per second on the target's row-cost curve).
 """
 
@@ -110,38 +111,27 @@ def accept_tree_greedy(tree: DraftTree, target_tokens) -> tuple[list[int], int]:
 
 
 def accept_tree_sampled(tree: DraftTree, p, rng: np.random.Generator) -> tuple[list[int], int]:
-    """Multi-draft rejection sampling (SpecInfer, Miao et al. 2024) with point-mass drafts.
+    """Point-mass siblings by sample-and-compare: at each reached node draw the
+    target's own token s from its row (`sample`: one uniform) and follow the
+    child carrying s; with none, s is the next token.
 
-    p[r]: the target's distribution at row r. At each reached node the
-    children are tried in order: child c is accepted with probability
-    residual(c); on rejection residual(c) is set to 0 and the residual is
-    renormalised (max(p - q, 0) for a point mass q) before the next sibling.
-    If every child is rejected, the next token is sampled from the residual.
-    Every emitted token is distributed exactly as the target's.
+    p[r]: the target's distribution at row r. The same law as SpecInfer's
+    multi-draft rejection sampling (Miao et al. 2024) with point-mass drafts
+    (child c tried in turn with probability residual(c) / mass is reached
+    with probability p(c) in all), so every emitted token is distributed
+    exactly as the target's; and each costs one uniform, in output order, as
+    in plain sampling: the same seed gives plain's text.
     """
     kids = tree.children()
     path: list[int] = []
     row = 0
     while True:
-        row_p = p[row]
-        residual, mass, accepted = row_p, 1.0, None
-        for c in kids[row]:
-            d = tree.tokens[c]
-            pd = float(residual[d])
-            if rng.random() * mass < pd:  # accept with probability residual(d) / mass
-                accepted = c
-                break
-            if pd > 0.0:
-                if residual is row_p:
-                    residual = np.array(row_p, dtype=np.float64)
-                residual[d] = 0.0
-                mass -= pd
-        if accepted is None:
-            if mass <= 1e-12:  # p's mass sat on rejected drafts only, up to rounding
-                return path, sample(np.asarray(row_p, dtype=np.float64), rng)
-            return path, sample(residual / residual.sum(), rng)
-        path.append(accepted)
-        row = accepted + 1
+        s = sample(p[row], rng)
+        nxt = next((c for c in kids[row] if tree.tokens[c] == s), None)
+        if nxt is None:
+            return path, s
+        path.append(nxt)
+        row = nxt + 1
 
 
 # -- sizing ----------------------------------------------------------------------

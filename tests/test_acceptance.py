@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from specgen.acceptance import accept_greedy, accept_sampled
+from specgen.acceptance import accept_greedy, accept_point_mass, accept_sampled
+from specgen.sampling import sample
 
 VOCAB = 6
 DRAWS = 100_000
@@ -116,3 +117,55 @@ def test_chi_square_catches_a_wrong_residual():
     firsts, _ = _first_tokens(1, p, q, seed=5, rule=broken)
     _, pvalue = chisquare(np.bincount(firsts, minlength=VOCAB), DRAWS * p[0])
     assert pvalue < 1e-6
+
+
+def test_point_mass_drafts_emit_the_targets_joint_distribution():
+    """k = 3 point-mass drafts: P(n accepted, then t) = Π_{i<n} p_i(d_i) · p_n(t), t != d_n (n < k),
+    and p_k(t) for the bonus; every outcome (n, t) checked at once."""
+    rng = np.random.default_rng(21)
+    p = _random_dists(rng, 4)
+    draft = [int(np.argmax(pi)) for pi in p[:3]]  # likely drafts, so deep outcomes are seen
+    expected = np.zeros((4, VOCAB))
+    reach = 1.0
+    for n in range(4):
+        expected[n] = reach * p[n]
+        if n < 3:
+            expected[n, draft[n]] = 0.0
+            reach *= p[n][draft[n]]
+    seen = np.zeros((4, VOCAB))
+    for _ in range(DRAWS):
+        n, nxt = accept_sampled(draft, p, None, rng)
+        seen[n, nxt] += 1
+    keep = expected.ravel() > 0
+    assert seen.ravel()[~keep].sum() == 0  # never the rejected draft as its own correction
+    _, pvalue = chisquare(seen.ravel()[keep], DRAWS * expected.ravel()[keep])
+    assert pvalue > 1e-4
+
+
+class CountingRng:
+    """A seeded generator that counts the uniforms drawn from it."""
+
+    def __init__(self, seed):
+        self.rng, self.draws = np.random.default_rng(seed), 0
+
+    def random(self):
+        self.draws += 1
+        return self.rng.random()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_point_mass_drafts_emit_what_plain_sampling_draws(seed):
+    """One uniform per emitted token, in output order, as plain sampling (`sample`)
+    draws them: the same seed emits plain's tokens whatever was drafted."""
+    rng = np.random.default_rng(seed)
+    p = [rng.dirichlet(np.full(VOCAB, 0.3)) for _ in range(6)]
+    plain_rng = np.random.default_rng(seed)
+    plain = [sample(pi, plain_rng) for pi in p]
+    draft = plain[:2] + [(plain[2] + 1) % VOCAB, plain[3]] if seed % 2 else plain[:5]
+    counting = CountingRng(seed)
+    n, nxt = accept_sampled(draft, p, None, counting)
+    emitted = draft[:n] + [nxt]
+    assert emitted == plain[: len(emitted)]
+    assert n == (2 if seed % 2 else 5)
+    assert counting.draws == len(emitted)
+    assert accept_point_mass(draft, p, np.random.default_rng(seed)) == (n, nxt)

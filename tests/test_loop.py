@@ -252,3 +252,44 @@ def test_a_sampled_run_tells_its_policy_the_targets_top_probability_of_each_row_
     else:
         top = np.exp(5.0) / (np.exp(5.0) + 9)
         assert len(policy.tops) >= len(gen.tokens) and policy.tops == pytest.approx([top] * len(policy.tops))
+
+
+class CountingRng:
+    """Wraps a Generator; counts the uniforms drawn from it."""
+
+    def __init__(self, rng):
+        self.rng, self.draws = rng, 0
+
+    def random(self, *a, **kw):
+        self.draws += 1
+        return self.rng.random(*a, **kw)
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the loop drew {name} from the generation's rng")
+
+
+class SamplingDrafter(ScriptedDrafter):
+    """Proposes point masses (a script, or noise from the rng it is handed) and draws from that rng."""
+
+    def propose_one(self, context, k, params=None, rng=None, seq=0):
+        noise = [int(x) for x in rng.integers(0, 12, size=k)]  # a drafter's own draws must not move the text
+        d = super().propose_one(context, k, params, rng, seq)
+        return d if d.tokens else Draft(noise)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sampled_point_mass_drafts_emit_the_plain_sampled_text(seed):
+    """Sample-and-compare: one uniform from the generation's rng per emitted token, in order,
+    so a seeded run emits plain's text, whatever the drafter proposed or drew itself."""
+    table = np.random.default_rng(0).normal(size=(12, 12)).astype(np.float32) * 2
+    params = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
+    plain = Generation(FakeEngine(table), [1], None, draft_max=0, max_tokens=40, params=params)
+    run(plain)
+    right = [plain.tokens[i:i + 4] for i in (1, 6, 11)]  # three right drafts, then noise
+    gen = Generation(FakeEngine(table), [1], SamplingDrafter(right), draft_max=4, max_tokens=40, params=params)
+    gen.rng = CountingRng(gen.rng)
+    run(gen)
+    assert gen.tokens == plain.tokens
+    assert gen.rng.draws == len(gen.tokens)
+    st = gen.stats
+    assert st.accepted > 0 and st.accepted < st.drafted and st.rounds < len(gen.tokens)

@@ -178,6 +178,21 @@ def test_sampled_requests_keep_their_own_seeded_generators():
     assert out["r0"] == out["r2"] != out["r1"]
 
 
+def test_a_seeded_sampled_request_has_plain_text_with_or_without_lookup():
+    """Point-mass drafts are verified by sample-and-compare (one uniform per emitted
+    token, from each request's own generator): lookup moves no request's text."""
+    table = np.random.default_rng(4).normal(size=(30, 30)).astype(np.float32) * 3
+    params = [SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=s) for s in (1, 2, 3)]
+    prompts = [[3, 4, 5, 3, 4, 5, 3, 4], [7, 8, 7, 8, 7], [1, 2, 3, 1, 2]]
+    jobs = [Job(f"r{i}", pr, max_tokens=24, params=p) for i, (pr, p) in enumerate(zip(prompts, params))]
+    spec = {r.job.id: r.gen for r in Server(MultiFakeEngine(table), 3, draft_max=4, drafter=PromptLookup()).serve(jobs)}
+    plain = {r.job.id: r.gen for r in Server(MultiFakeEngine(table), 3).serve(jobs)}
+    for j in jobs:
+        assert spec[j.id].tokens == plain[j.id].tokens
+    assert sum(g.stats.accepted for g in spec.values()) > 0
+    assert any(g.stats.accepted < g.stats.drafted for g in spec.values())  # rejections happened
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_batched_draft_model_equals_the_sequential_draft_model(temperature, monkeypatch):
     """Same tokens, drafts and acceptance as DraftModel run one request at a time (each rng its own;

@@ -77,6 +77,32 @@ def test_sampled_tree_acceptance_is_lossless(seed):
         assert chisquare(c, p[node + 1] * len(seen)).pvalue > 1e-3
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_sampled_tree_follows_the_targets_own_draws(seed):
+    """One uniform per emitted token, as plain sampling draws it (`sample`): the
+    emitted tokens are what plain sampling would emit along them, and only they
+    are drawn."""
+    from specgen.sampling import sample
+
+    p = _dists(seed)
+    drawn = []
+
+    class Counting:
+        def __init__(self):
+            self.rng = np.random.default_rng(seed)
+
+        def random(self):
+            drawn.append(self.rng.random())
+            return drawn[-1]
+
+    path, nxt = accept_tree_sampled(TREE, p, Counting())
+    emitted = [TREE.tokens[i] for i in path] + [nxt]
+    assert len(drawn) == len(emitted)
+    rows = [0] + [i + 1 for i in path]  # the row each emitted token was drawn from
+    plain = np.random.default_rng(seed)
+    assert emitted == [sample(p[r], plain) for r in rows]
+
+
 def test_sampled_siblings_raise_acceptance():
     """Two children at the root accept more often than the first alone (the point of a tree)."""
     p = _dists(7)

@@ -53,7 +53,7 @@ TempOpt = Annotated[float, typer.Option("--temp", help="Temperature; 0 = greedy.
 TopKOpt = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")]
 TopPOpt = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass, in (0, 1].")]
 MinPOpt = Annotated[float, typer.Option("--min-p", help="Drop tokens below this fraction of the top probability.")]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for sampled runs (reproducible).")]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for sampled runs (reproducible). With point-mass drafts (lookup, suffix, a draft of another vocabulary) the text for a seed does not depend on the drafter: it is the --no-spec text (up to near-ties of batch numerics).")]
 IgnoreEosOpt = Annotated[bool, typer.Option("--ignore-eos", help="Do not stop at end-of-generation tokens.")]
 
 # -- the machine ----------------------------------------------------------------------
