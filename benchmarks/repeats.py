@@ -10,7 +10,7 @@ median. That is still a maximum over noisy medians, so beside it come:
   without seeing the run it is judged on), the median of those;
 - `single_run_best`: what one run per config gave (repeat r alone, the best
   type the maximum over single runs) -- the figures measured before repeats;
-- `spread` and `outlier_share`: how far a config's runs of one request lie
+- `spread` and `outliers`: how far a config's runs of one request lie
   apart, and how many runs sit more than OUTLIER from their request's median.
 """
 
@@ -74,3 +74,30 @@ def cross_validated_best(per_type: dict[str, list[float]]) -> float:
 def single_run_best(per_type: dict[str, list[float]], r: int) -> float:
     """The best type as one run per config measured it: the maximum over types of repeat r."""
     return max(xs[r] for xs in per_type.values() if len(xs) > r)
+
+
+def same_count_rate(r, n, spec_type):
+    """llama.cpp's decode speed over as many tokens as specgen's figure counts. Its tools
+    run on past -n: a round's accepted draft is not cut at the limit (llama-lookup), and
+    some types draft past it (ngram-simple, -map-k, -mod decoded 144-192 tokens for 128
+    asked), and they print decoded / seconds, so the tokens past n, copied in a few long
+    passes, raised their figure. Here: the tokens up to n over the whole time (what it
+    took to have them; the last pass's extra rows are counted against it, so this is
+    the lower bound, the printed figure the upper). llama-lookup's first token is
+    sampled from the prompt's logits inside its clock: not counted, as specgen's is not."""
+    counted = min(r["generated"], n) - (1 if spec_type == "lookup" else 0)
+    secs = r.get("decode_s") or r["generated"] / r["tokens_per_s_raw"]
+    return counted / secs if secs > 0 else float("nan")
+
+
+def same_counts(results, n):
+    """Records taken before `same_count_rate` (llama.cpp's printed figure as tokens_per_s):
+    the printed one kept as tokens_per_s_raw, tokens_per_s over the same count."""
+    for per in results.values():
+        for c, rs in per.items():
+            for r in rs:
+                if "tokens_per_s" not in r or "tokens_per_s_raw" in r:
+                    continue
+                r["tokens_per_s_raw"] = r["tokens_per_s"]  # specgen's: the same count already
+                if c.startswith("llama:"):
+                    r["tokens_per_s"] = same_count_rate(r, n, c.split(":", 1)[1])

@@ -303,34 +303,9 @@ def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
     r = {"tokens_per_s_raw": float(m.group(3)), "generated": int(m.group(1)), "decode_s": float(m.group(2)),
          "prompt_tokens": int(enc.group(1)) if enc else None,
          "acceptance": float(acc.group(1)) / 100 if acc else None}
+    from repeats import same_count_rate
+
     return {**r, "tokens_per_s": same_count_rate(r, n, spec_type)}
-
-
-def same_count_rate(r, n, spec_type):
-    """llama.cpp's decode speed over as many tokens as specgen's figure counts. Its tools
-    run on past -n: a round's accepted draft is not cut at the limit (llama-lookup), and
-    some types draft past it (ngram-simple, -map-k, -mod decoded 144-192 tokens for 128
-    asked), and they print decoded / seconds, so the tokens past n, copied in a few long
-    passes, raised their figure. Here: the tokens up to n over the whole time (what it
-    took to have them; the last pass's extra rows are counted against it, so this is
-    the lower bound, the printed figure the upper). llama-lookup's first token is
-    sampled from the prompt's logits inside its clock: not counted, as specgen's is not."""
-    counted = min(r["generated"], n) - (1 if spec_type == "lookup" else 0)
-    secs = r.get("decode_s") or r["generated"] / r["tokens_per_s_raw"]
-    return counted / secs if secs > 0 else float("nan")
-
-
-def same_counts(results, n):
-    """Records taken before `same_count_rate` (llama.cpp's printed figure as tokens_per_s):
-    the printed one kept as tokens_per_s_raw, tokens_per_s over the same count."""
-    for per in results.values():
-        for c, rs in per.items():
-            for r in rs:
-                if "tokens_per_s" not in r or "tokens_per_s_raw" in r:
-                    continue
-                r["tokens_per_s_raw"] = r["tokens_per_s"]  # specgen's: the same count already
-                if c.startswith("llama:"):
-                    r["tokens_per_s"] = same_count_rate(r, n, c.split(":", 1)[1])
 
 
 # -- the run -----------------------------------------------------------------------
@@ -576,6 +551,8 @@ def main(argv=None) -> None:
 def summarise_files(paths) -> None:
     """Tables from saved runs (chunks of one run merge per workload): the requests every
     config finished, measured and modelled."""
+    from repeats import same_counts
+
     from specgen.costs import cost_profile
     from specgen.engine import Engine
 

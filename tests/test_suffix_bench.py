@@ -80,16 +80,16 @@ def test_summary_takes_medians_for_every_side_and_reports_their_noise(bench):
     assert rows["lookup"]["single_runs_vs_llama_best"].split("/")[0] == f"{20.0 / 30.0:.3g}"
 
 
-def test_llama_cpp_is_timed_over_the_tokens_specgen_counts(bench):
+def test_llama_cpp_is_timed_over_the_tokens_specgen_counts(repeats):
     # llama-speculative-simple decoded 176 tokens for 128 asked (-n 127) in 2 s: printed 88 tok/s
     r = {"generated": 176, "decode_s": 2.0, "tokens_per_s_raw": 88.0}
-    assert bench.same_count_rate(r, 128, "ngram-simple") == pytest.approx(64.0)
+    assert repeats.same_count_rate(r, 128, "ngram-simple") == pytest.approx(64.0)
     # llama-lookup's first token comes from the prompt's logits inside its clock: not counted
-    assert bench.same_count_rate({"generated": 130, "decode_s": 2.0}, 128, "lookup") == pytest.approx(63.5)
+    assert repeats.same_count_rate({"generated": 130, "decode_s": 2.0}, 128, "lookup") == pytest.approx(63.5)
     # old records: the printed figure moves to tokens_per_s_raw, specgen's stay as they are
     results = {"r0": {"llama:ngram-mod": [{"tokens_per_s": 96.0, "generated": 192}],
                       "plain": [{"tokens_per_s": 40.0}]}}
-    bench.same_counts(results, 128)
+    repeats.same_counts(results, 128)
     assert results["r0"]["llama:ngram-mod"][0]["tokens_per_s"] == pytest.approx(64.0)
     assert results["r0"]["llama:ngram-mod"][0]["tokens_per_s_raw"] == 96.0
     assert results["r0"]["plain"][0] == {"tokens_per_s": 40.0, "tokens_per_s_raw": 40.0}
