@@ -305,7 +305,21 @@ def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
          "acceptance": float(acc.group(1)) / 100 if acc else None}
     from repeats import same_count_rate
 
-    return {**r, "tokens_per_s": same_count_rate(r, n, spec_type)}
+    return {**r, "tokens_per_s": same_count_rate(r, n, spec_type), "text": generated_text(out.stdout, text)}
+
+
+def generated_text(stdout: str, prompt: str) -> str:
+    """What a llama.cpp tool wrote after echoing the prompt (its stdout holds both)."""
+    tail = prompt[-40:]
+    at = stdout.rfind(tail)
+    return stdout[at + len(tail):] if at >= 0 else stdout
+
+
+def follows(text: str, plain_text: str) -> bool:
+    """Whether llama.cpp's greedy text is plain's (as far as both go; it decodes past n).
+    Where it is not, it parted at a near-tie and its speed is of another text."""
+    m = min(len(text.rstrip()), len(plain_text.rstrip()))
+    return m > 0 and text[:m] == plain_text[:m]
 
 
 # -- the run -----------------------------------------------------------------------
@@ -371,6 +385,11 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
                 if not r["same_as_plain"]:  # untimed: plain again, its top candidates at every position
                     rows = rows or plain_rows(target, toks, args.n, plain)
                     r["parting"] = parting(plain, mine, rows)
+            plain_text = target.detokenize(plain)
+            for c in names:  # llama.cpp's greedy text: plain's, or another one (a near-tie parted it)
+                r = results[rid][c][-1]
+                if "text" in r:
+                    r["same_as_plain"] = follows(r.pop("text"), plain_text)
             line = " ".join(f"{c}={statistics.median(x['tokens_per_s'] for x in results[rid][c] if 'tokens_per_s' in x) if any('tokens_per_s' in x for x in results[rid][c]) else float('nan'):.1f}"
                             for c in names)
             print(f"[{name} rep {rep + 1}/{args.repeats}] {rid} ({len(toks)} prompt tokens): {line}", file=sys.stderr, flush=True)
@@ -418,6 +437,8 @@ def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
             row["min_vs_lookup"] = min(ratio_l)
         row.update(_noise([vals[r][c] for r in rids], spread, outliers, OUTLIER))
         rs = [x for r in rids for x in results[r][c]]
+        if any("same_as_plain" in x and "rounds" not in x for x in rs):  # llama.cpp's runs on another text
+            row["differs_from_plain"] = sum(x.get("same_as_plain") is False for x in rs)
         if rs and "rounds" in rs[0]:
             drafted = sum(x["drafted"] for x in rs)
             row["acceptance"] = sum(x["accepted"] for x in rs) / drafted if drafted else 0.0
@@ -452,6 +473,9 @@ def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
                "geomean_vs_plain": geomean([b / med[r]["plain"] for r, (_, b) in zip(rids, best)]),
                **_noise(won, spread, outliers, OUTLIER),
                "runner_up_within_10pct": sum(runner_up_gap(per_type[r]) < 0.1 for r in rids)}
+        won_runs = [x for r, (t, _) in zip(rids, best) for x in results[r][t]]
+        if any("same_as_plain" in x for x in won_runs):
+            row["differs_from_plain"] = sum(x.get("same_as_plain") is False for x in won_runs)
         out["configs"]["llama:best"] = row
         out["llama_best_type"] = dict(Counter(t for t, _ in best).most_common())
     return out

@@ -93,3 +93,18 @@ def test_llama_cpp_is_timed_over_the_tokens_specgen_counts(repeats):
     assert results["r0"]["llama:ngram-mod"][0]["tokens_per_s"] == pytest.approx(64.0)
     assert results["r0"]["llama:ngram-mod"][0]["tokens_per_s_raw"] == 96.0
     assert results["r0"]["plain"][0] == {"tokens_per_s": 40.0, "tokens_per_s_raw": 40.0}
+
+
+def test_llama_cpp_text_is_checked_against_plain(bench):
+    prompt = "Continue the story: the lighthouse keeper saw a ship"
+    out = prompt + "\n\nThe ship was a 100-foot-long, 10-ton"
+    got = bench.generated_text(out, prompt)
+    assert got == "\n\nThe ship was a 100-foot-long, 10-ton"
+    assert bench.follows(got, "\n\nThe ship was a 100-foot")  # llama.cpp decodes past n
+    assert not bench.follows(got, "\n\nThe ship was a 12-metre (36-foot) fishing vessel")
+    assert not bench.follows("", "\n\nThe")
+    results = {"r0": {"plain": [_run(10.0)], "llama:lookup": [{"tokens_per_s": 15.0, "same_as_plain": False}],
+                      "llama:ngram-mod": [{"tokens_per_s": 12.0, "same_as_plain": True}]}}
+    s = bench.summarise("t", ["r0"], results, ["plain", "llama:lookup", "llama:ngram-mod"])
+    assert s["configs"]["llama:best"]["differs_from_plain"] == 1
+    assert s["configs"]["llama:ngram-mod"]["differs_from_plain"] == 0
