@@ -315,11 +315,11 @@ def generated_text(stdout: str, prompt: str) -> str:
     return stdout[at + len(tail):] if at >= 0 else stdout
 
 
-def follows(text: str, plain_text: str) -> bool:
-    """Whether llama.cpp's greedy text is plain's (as far as both go; it decodes past n).
-    Where it is not, it parted at a near-tie and its speed is of another text."""
+def follows(text: str, plain_text: str) -> int | None:
+    """None where llama.cpp's greedy text is plain's (as far as both go; it decodes past
+    n), else the character where it parts (a near-tie: its speed is of another text)."""
     m = min(len(text.rstrip()), len(plain_text.rstrip()))
-    return m > 0 and text[:m] == plain_text[:m]
+    return next((i for i in range(m) if text[i] != plain_text[i]), None if m else 0)
 
 
 # -- the run -----------------------------------------------------------------------
@@ -389,7 +389,8 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
             for c in names:  # llama.cpp's greedy text: plain's, or another one (a near-tie parted it)
                 r = results[rid][c][-1]
                 if "text" in r:
-                    r["same_as_plain"] = follows(r.pop("text"), plain_text)
+                    r["parts_at_char"] = follows(r.pop("text"), plain_text)
+                    r["same_as_plain"] = r["parts_at_char"] is None
             line = " ".join(f"{c}={statistics.median(x['tokens_per_s'] for x in results[rid][c] if 'tokens_per_s' in x) if any('tokens_per_s' in x for x in results[rid][c]) else float('nan'):.1f}"
                             for c in names)
             print(f"[{name} rep {rep + 1}/{args.repeats}] {rid} ({len(toks)} prompt tokens): {line}", file=sys.stderr, flush=True)

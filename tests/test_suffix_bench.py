@@ -100,9 +100,9 @@ def test_llama_cpp_text_is_checked_against_plain(bench):
     out = prompt + "\n\nThe ship was a 100-foot-long, 10-ton"
     got = bench.generated_text(out, prompt)
     assert got == "\n\nThe ship was a 100-foot-long, 10-ton"
-    assert bench.follows(got, "\n\nThe ship was a 100-foot")  # llama.cpp decodes past n
-    assert not bench.follows(got, "\n\nThe ship was a 12-metre (36-foot) fishing vessel")
-    assert not bench.follows("", "\n\nThe")
+    assert bench.follows(got, "\n\nThe ship was a 100-foot") is None  # llama.cpp decodes past n
+    assert bench.follows(got, "\n\nThe ship was a 12-metre (36-foot) fishing vessel") == 18  # "1" in both
+    assert bench.follows("", "\n\nThe") == 0
     results = {"r0": {"plain": [_run(10.0)], "llama:lookup": [{"tokens_per_s": 15.0, "same_as_plain": False}],
                       "llama:ngram-mod": [{"tokens_per_s": 12.0, "same_as_plain": True}]}}
     s = bench.summarise("t", ["r0"], results, ["plain", "llama:lookup", "llama:ngram-mod"])
