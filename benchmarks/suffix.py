@@ -309,9 +309,14 @@ def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
 
 
 def generated_text(stdout: str, prompt: str) -> str:
-    """What a llama.cpp tool wrote after echoing the prompt (its stdout holds both)."""
+    """What a llama.cpp tool wrote after echoing the prompt (its stdout holds both; the
+    first occurrence: a model that writes another request after its answer repeats the
+    prompt's end in its own text)."""
+    at = stdout.find(prompt)
+    if at >= 0:
+        return stdout[at + len(prompt):]
     tail = prompt[-40:]
-    at = stdout.rfind(tail)
+    at = stdout.find(tail)
     return stdout[at + len(tail):] if at >= 0 else stdout
 
 

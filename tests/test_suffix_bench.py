@@ -100,6 +100,8 @@ def test_llama_cpp_text_is_checked_against_plain(bench):
     out = prompt + "\n\nThe ship was a 100-foot-long, 10-ton"
     got = bench.generated_text(out, prompt)
     assert got == "\n\nThe ship was a 100-foot-long, 10-ton"
+    again = "ugh! " + prompt + " and then" + prompt[-45:] + " again"  # the output repeats the prompt's end
+    assert bench.generated_text(again, prompt) == " and then" + prompt[-45:] + " again"
     assert bench.follows(got, "\n\nThe ship was a 100-foot") is None  # llama.cpp decodes past n
     assert bench.follows(got, "\n\nThe ship was a 12-metre (36-foot) fishing vessel") == 18  # "1" in both
     assert bench.follows("", "\n\nThe") == 0
