@@ -4,13 +4,20 @@ its tools are built).
 
 All specgen configs run in this process on one engine (same model, threads,
 prompt tokens, token count; greedy, end-of-generation ignored), interleaved:
-for each request every config runs once, in an order rotated per request.
+for each request every config (llama.cpp's types too) runs once per repeat, in an
+order rotated per request and per repeat (`run_order`).
 Requests go in sequence, as an agent would send them; a config with the global
 cache keeps one drafter across the requests of a pass, so request i may draft
 from requests 0 … i-1, never from its own output: each repeat pass starts from
 an empty global index. Reported: per request the median decode tok/s over
-repeats; per config the median over requests and the geometric mean of
-per-request ratios. The CPU is shared: read ratios, not absolute speeds.
+repeats, for every config alike (llama.cpp's best type per request is the type
+with the highest median); per config the median over requests, the geometric
+mean of per-request ratios, and the noise over repeats (`benchmarks/repeats.py`:
+spread, outlier runs, the best type cross-validated and each repeat alone).
+llama.cpp's tools decode past -n (up to 192 tokens for 128 asked): their speed
+is taken over the tokens specgen counts (`same_count_rate`; the printed figure
+stays in `tokens_per_s_raw`, the upper bound, summarised beside it).
+The CPU is shared: read ratios, not absolute speeds.
 
     PYTHONPATH=$PWD python benchmarks/suffix.py --workload both -n 80 --repeats 1 \\
         [--tools /tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin] --out suffix.json
@@ -24,6 +31,7 @@ answer's shape is in earlier outputs, never in a prompt) and `agent-example`
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import re
@@ -176,7 +184,7 @@ def run_one(target, prompt, drafter, n, k_max, tree_width=1, name=""):
     cpu, in_llama = _cpu_s() - cpu0, _IN_LLAMA[0] - c0
     st = gen.stats
     extra = {"tree_rounds": gen.tree_rounds, "tree_accepts": gen.tree_accepts} if tree_width > 1 else {}
-    return {**extra, "tokens_per_s": st.tokens_per_s, "cpu_tokens_per_s": (st.generated - 1) / cpu if cpu > 0 else float("nan"), "generated": st.generated, "rounds": st.rounds,
+    return {**extra, "tokens_per_s": st.tokens_per_s, "tokens_per_s_raw": st.tokens_per_s, "cpu_tokens_per_s": (st.generated - 1) / cpu if cpu > 0 else float("nan"), "generated": st.generated, "rounds": st.rounds,
             "drafted": st.drafted, "accepted": st.accepted, "draft_s": st.draft_s, "decode_s": st.decode_s,
             "python_share": max(st.decode_s - in_llama, 0.0) / st.decode_s if st.decode_s > 0 else float("nan"),
             "prompt_tokens": len(prompt), "k_hist": st.k_hist, "tokens": gen.tokens}
@@ -292,9 +300,31 @@ def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
         return {"error": (log.strip().splitlines() or ["no output"])[-1]}
     acc = re.search(r"accept\s+=\s+([\d.]+)%", log)
     enc = re.search(r"encoded\s+(\d+) tokens", log)
-    return {"tokens_per_s": float(m.group(3)), "generated": int(m.group(1)),
-            "prompt_tokens": int(enc.group(1)) if enc else None,
-            "acceptance": float(acc.group(1)) / 100 if acc else None}
+    r = {"tokens_per_s_raw": float(m.group(3)), "generated": int(m.group(1)), "decode_s": float(m.group(2)),
+         "prompt_tokens": int(enc.group(1)) if enc else None,
+         "acceptance": float(acc.group(1)) / 100 if acc else None}
+    from repeats import same_count_rate
+
+    return {**r, "tokens_per_s": same_count_rate(r, n, spec_type), "text": generated_text(out.stdout, text)}
+
+
+def generated_text(stdout: str, prompt: str) -> str:
+    """What a llama.cpp tool wrote after echoing the prompt (its stdout holds both; the
+    first occurrence: a model that writes another request after its answer repeats the
+    prompt's end in its own text)."""
+    at = stdout.find(prompt)
+    if at >= 0:
+        return stdout[at + len(prompt):]
+    tail = prompt[-40:]
+    at = stdout.find(tail)
+    return stdout[at + len(tail):] if at >= 0 else stdout
+
+
+def follows(text: str, plain_text: str) -> int | None:
+    """None where llama.cpp's greedy text is plain's (as far as both go; it decodes past
+    n), else the character where it parts (a near-tie: its speed is of another text)."""
+    m = min(len(text.rstrip()), len(plain_text.rstrip()))
+    return next((i for i in range(m) if text[i] != plain_text[i]), None if m else 0)
 
 
 # -- the run -----------------------------------------------------------------------
@@ -314,6 +344,15 @@ def config_drafter(c):
     return make_drafter(base), int(w or 1)
 
 
+def run_order(names, i, rep, repeats=1):
+    """The configs' order for request i in repeat rep of `repeats`: rotated by the
+    request, and by an even share of the list per repeat, so each repeat runs every
+    config in another place (before: reversed on odd repeats, so repeats 0 and 2 ran
+    in the same order and a config could keep its place in all three)."""
+    at = (i + rep * len(names) // max(repeats, 1)) % len(names)
+    return names[at:] + names[:at]
+
+
 def bench_workload(name, requests, target, model_path, args, save=None, start=0):
     """Requests[start:] timed; requests[:start] only warm the global indexes (generated
     untimed through each global config's drafter, as the earlier part of the sequence)."""
@@ -322,16 +361,16 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
     names = configs + ([f"llama:{t}" for t in LLAMA_TYPES] if tools else [])
     prompts = [(rid, text, target.tokenize(text)) for rid, text in requests]
     results = {rid: {c: [] for c in names} for rid, _, _ in prompts[start:]}
+    run_one(target, prompts[0][2], None, 8, 0)  # untimed: the first timed run finds warm caches, as llama.cpp's do
+    warmed = {c: config_drafter(c) for c in configs}  # global caches start empty every pass
+    for rid, text, toks in prompts[:start]:  # ... then hold requests 0 … start-1 (warmed once, copied per pass)
+        for c in configs:
+            if "+global" in c:
+                run_one(target, toks, warmed[c][0], args.n, args.k_max, warmed[c][1], c)
     for rep in range(args.repeats):
-        drafters = {c: config_drafter(c) for c in configs}  # global caches start empty every pass
-        for rid, text, toks in prompts[:start]:
-            for c in configs:
-                if "+global" in c:
-                    run_one(target, toks, drafters[c][0], args.n, args.k_max, drafters[c][1], c)
+        drafters = copy.deepcopy(warmed)
         for i, (rid, text, toks) in enumerate(prompts[start:], start):
-            order = names[i % len(names):] + names[: i % len(names)]
-            if rep % 2:
-                order.reverse()
+            order = run_order(names, i, rep, args.repeats)
             for c in order:
                 if c.startswith("llama:"):
                     r = llama_spec(tools, model_path, text, c.split(":", 1)[1], args.n, args.threads, args.ctx, args.k_max)
@@ -351,6 +390,12 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
                 if not r["same_as_plain"]:  # untimed: plain again, its top candidates at every position
                     rows = rows or plain_rows(target, toks, args.n, plain)
                     r["parting"] = parting(plain, mine, rows)
+            plain_text = target.detokenize(plain)
+            for c in names:  # llama.cpp's greedy text: plain's, or another one (a near-tie parted it)
+                r = results[rid][c][-1]
+                if "text" in r:
+                    r["parts_at_char"] = follows(r.pop("text"), plain_text)
+                    r["same_as_plain"] = r["parts_at_char"] is None
             line = " ".join(f"{c}={statistics.median(x['tokens_per_s'] for x in results[rid][c] if 'tokens_per_s' in x) if any('tokens_per_s' in x for x in results[rid][c]) else float('nan'):.1f}"
                             for c in names)
             print(f"[{name} rep {rep + 1}/{args.repeats}] {rid} ({len(toks)} prompt tokens): {line}", file=sys.stderr, flush=True)
@@ -362,16 +407,30 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
 
 def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
     """Per config: medians and geometric means of per-request ratios (of measured decode
-    tok/s, or with key="model_tokens_per_s" of the work priced by the verify curve)."""
+    tok/s, or with key="model_tokens_per_s" of the work priced by the verify curve).
+    Every config alike: a request's figure is the median of its runs (failed runs left
+    out); beside it the spread of those runs and how many were outliers
+    (`benchmarks/repeats.py`), and against llama.cpp's best type also the best type
+    chosen without the judged run (cross-validated) and each repeat alone (one run)."""
+    from repeats import OUTLIER, best_type, cross_validated_best, median, outliers, runner_up_gap, single_run_best, \
+        spread, values
+
     if key == "model_tokens_per_s":
         for per in results.values():
             for c, rs in per.items():
                 for r in rs:
                     if "k_hist" in r:
                         r[key] = modelled_tokens_per_s(r, curve)
-    names = [c for c in names if all(key in r for rid in rids for r in results[rid][c])]
-    med = {rid: {c: statistics.median([r[key] for r in results[rid][c]] or [float("nan")]) for c in names}
-           for rid in rids}
+    names = [c for c in names if all(values(results[rid][c], key) for rid in rids)]
+    vals = {rid: {c: values(results[rid][c], key) for c in names} for rid in rids}
+    med = {rid: {c: median(vals[rid][c]) for c in names} for rid in rids}
+    llama = [c for c in names if c.startswith("llama:")]
+    per_type = {r: {c: vals[r][c] for c in llama} for r in rids}
+    reps = min((len(x) for r in rids for x in per_type[r].values()), default=0)
+    if llama:
+        best = [best_type(per_type[r]) for r in rids]
+        best_cv = [cross_validated_best(per_type[r]) for r in rids]
+        best_single = [[single_run_best(per_type[r], i) for r in rids] for i in range(reps)]
     out = {"workload": name, "requests": len(rids), "measure": key, "configs": {}}
     for c in names:
         row = {"median_tokens_per_s": statistics.median(med[r][c] for r in rids)}
@@ -382,7 +441,10 @@ def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
             ratio_l = [med[r][c] / med[r]["lookup"] for r in rids]
             row["geomean_vs_lookup"] = geomean(ratio_l)
             row["min_vs_lookup"] = min(ratio_l)
+        row.update(_noise([vals[r][c] for r in rids], spread, outliers, OUTLIER))
         rs = [x for r in rids for x in results[r][c]]
+        if any("same_as_plain" in x and "rounds" not in x for x in rs):  # llama.cpp's runs on another text
+            row["differs_from_plain"] = sum(x.get("same_as_plain") is False for x in rs)
         if rs and "rounds" in rs[0]:
             drafted = sum(x["drafted"] for x in rs)
             row["acceptance"] = sum(x["accepted"] for x in rs) / drafted if drafted else 0.0
@@ -400,25 +462,48 @@ def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
                 tr = sum(x["tree_rounds"] for x in rs)
                 row["tree_rounds"] = tr / sum(x["rounds"] for x in rs)
                 row["off_main"] = sum(x["tree_accepts"] for x in rs) / tr if tr else 0.0
-        llama = [c2 for c2 in names if c2.startswith("llama:")]
         if llama and not c.startswith("llama:"):
-            best = [max(med[r][c2] for c2 in llama) for r in rids]
-            ratio_b = [med[r][c] / b for r, b in zip(rids, best)]
+            ratio_b = [med[r][c] / b for r, (_, b) in zip(rids, best)]
             row["geomean_vs_llama_best"] = geomean(ratio_b)
             row["min_vs_llama_best"] = min(ratio_b)
             row["worst_vs_llama_best"] = rids[ratio_b.index(min(ratio_b))]
+            row["below_llama_best"] = sum(x < 1.0 for x in ratio_b)
+            row["geomean_vs_llama_best_cv"] = geomean([med[r][c] / b for r, b in zip(rids, best_cv)])
+            if reps > 1 and all(len(vals[r][c]) >= reps for r in rids):  # each repeat alone: one run per config
+                row["single_runs_vs_llama_best"] = "/".join(
+                    f"{geomean([vals[r][c][i] / b for r, b in zip(rids, best_single[i])]):.3g}" for i in range(reps))
         out["configs"][c] = row
-    llama = [c for c in names if c.startswith("llama:")]
-    if llama:  # which of llama.cpp's types won each request
-        wins = Counter(max(llama, key=lambda c2: med[r][c2]) for r in rids)
-        out["llama_best_type"] = dict(wins.most_common())
+    if llama:  # llama.cpp's best type per request, as a row: its winning type's runs
+        won = [per_type[r][t] for r, (t, _) in zip(rids, best)]
+        row = {"median_tokens_per_s": statistics.median(b for _, b in best),
+               "geomean_vs_plain": geomean([b / med[r]["plain"] for r, (_, b) in zip(rids, best)]),
+               **_noise(won, spread, outliers, OUTLIER),
+               "runner_up_within_10pct": sum(runner_up_gap(per_type[r]) < 0.1 for r in rids)}
+        won_runs = [x for r, (t, _) in zip(rids, best) for x in results[r][t]]
+        if any("same_as_plain" in x for x in won_runs):
+            row["differs_from_plain"] = sum(x.get("same_as_plain") is False for x in won_runs)
+        out["configs"]["llama:best"] = row
+        out["llama_best_type"] = dict(Counter(t for t, _ in best).most_common())
     return out
+
+
+def _noise(runs_per_request, spread, outliers, limit):
+    """A config's noise over repeats: the median spread of a request's runs, how many
+    requests spread more than `limit`, and the share of runs off their median by more."""
+    if max(len(x) for x in runs_per_request) < 2:
+        return {}
+    n = sum(len(x) for x in runs_per_request)
+    return {"spread": statistics.median(spread(x) for x in runs_per_request),
+            "noisy_requests": sum(spread(x) > limit for x in runs_per_request),
+            "outlier_runs": sum(outliers(x, limit) for x in runs_per_request) / n}
 
 
 def print_table(summary):
     print(f"\n## {summary['workload']} ({summary['requests']} requests; {summary['measure']})")
     cols = ["median_tokens_per_s", "geomean_vs_plain", "min_vs_plain", "geomean_vs_lookup", "min_vs_lookup",
-            "geomean_vs_llama_best", "min_vs_llama_best", "worst_vs_llama_best", "acceptance", "mean_accepted_len",
+            "geomean_vs_llama_best", "min_vs_llama_best", "worst_vs_llama_best", "below_llama_best",
+            "geomean_vs_llama_best_cv", "single_runs_vs_llama_best", "spread", "noisy_requests", "outlier_runs",
+            "runner_up_within_10pct", "acceptance", "mean_accepted_len",
             "draft_share", "python_share", "tree_rounds", "off_main", "differs_from_plain", "not_near_tie",
             "max_parting_margin"]
     cols = [c for c in cols if any(c in row for row in summary["configs"].values())]
@@ -496,6 +581,8 @@ def main(argv=None) -> None:
 def summarise_files(paths) -> None:
     """Tables from saved runs (chunks of one run merge per workload): the requests every
     config finished, measured and modelled."""
+    from repeats import same_counts
+
     from specgen.costs import cost_profile
     from specgen.engine import Engine
 
@@ -504,13 +591,14 @@ def summarise_files(paths) -> None:
         report = json.loads(Path(path).read_text())
         print(f"# {path}: {report['command']}")
         for w, data in report["workloads"].items():
+            same_counts(data["results"], report["n"])
             merged.setdefault(w, {}).update(data["results"])
     with Engine(Path(report["model"]), n_ctx=512, n_threads=report["threads"]) as e:
         curve = cost_profile(e)["verify_s"]  # the cached profile, measured on a quiet machine
     for w, results in merged.items():
         names = list(next(iter(results.values())))
         rids = [rid for rid, per in results.items() if all(per.get(c) for c in names)]
-        for key in ("tokens_per_s", "cpu_tokens_per_s", "model_tokens_per_s"):
+        for key in ("tokens_per_s", "tokens_per_s_raw", "cpu_tokens_per_s", "model_tokens_per_s"):
             print_table(summarise(w, rids, results, names, curve, key))
 
 

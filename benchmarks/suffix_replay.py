@@ -310,13 +310,17 @@ def geomean(xs):
 
 
 def load_records(paths):
-    """Merged per-request results of benchmarks/suffix.py runs, per workload (chunks in order)."""
+    """Merged per-request results of benchmarks/suffix.py runs, per workload (chunks in order);
+    llama.cpp's figures over the tokens specgen counts (`repeats.same_counts`)."""
+    from repeats import same_counts
+
     merged: dict[str, dict] = {}
     meta = None
     for path in paths:
         report = json.loads(Path(path).read_text())
         meta = meta or report
         for w, data in report["workloads"].items():
+            same_counts(data["results"], report["n"])  # llama.cpp timed over the tokens specgen counts
             for rid, per in data["results"].items():
                 if per.get("plain") and all(per.values()):
                     merged.setdefault(w, {})[rid] = per

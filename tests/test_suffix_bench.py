@@ -1,0 +1,112 @@
+"""benchmarks/suffix.py and benchmarks/repeats.py: repeated runs treated alike for every side."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("suffix_bench", ROOT / "benchmarks" / "suffix.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.path.remove(str(ROOT / "benchmarks"))
+
+
+@pytest.fixture(scope="module")
+def repeats(bench):  # noqa: ARG001 - bench puts benchmarks/ on the path
+    import repeats
+
+    return repeats
+
+
+def test_every_repeat_puts_each_config_elsewhere(bench):
+    names = ["plain", "lookup", "suffix+global"] + [f"llama:{t}" for t in bench.LLAMA_TYPES]
+    for i in range(4):
+        orders = [bench.run_order(names, i, rep, 3) for rep in range(3)]
+        assert all(sorted(o) == sorted(names) for o in orders)
+        for c in names:  # a config's place differs in every repeat
+            assert len({o.index(c) for o in orders}) == 3
+
+
+def test_best_of_single_runs_is_biased_up_the_cross_validated_best_is_not(repeats):
+    # two types alike in truth, each with one fast run: one run per config always finds the fast one
+    per_type = {"a": [10.0, 14.0, 10.0], "b": [14.0, 10.0, 10.0]}
+    assert [repeats.single_run_best(per_type, r) for r in range(3)] == [14.0, 14.0, 10.0]
+    assert repeats.best_type(per_type)[1] == 10.0
+    assert repeats.cross_validated_best(per_type) == 10.0
+    # a type that is really faster is still found without the judged run
+    assert repeats.cross_validated_best({"a": [20.0, 21.0, 19.0], "b": [10.0, 11.0, 12.0]}) == 20.0
+
+
+def test_spread_and_outliers(repeats):
+    assert repeats.spread([10.0]) == 0.0
+    assert repeats.spread([10.0, 12.0, 8.0]) == pytest.approx(0.4)
+    assert repeats.outliers([10.0, 10.5, 20.0]) == 1
+    assert repeats.outliers([10.0, 11.0, 9.5]) == 0
+    assert repeats.runner_up_gap({"a": [12.0], "b": [10.0]}) == pytest.approx(0.2)
+
+
+def _run(tps, **kw):
+    return {"tokens_per_s": tps, "rounds": 10, "drafted": 0, "accepted": 0, "generated": 10, "draft_s": 0.0,
+            "decode_s": 1.0, "same_as_plain": True, **kw}
+
+
+def test_summary_takes_medians_for_every_side_and_reports_their_noise(bench):
+    results = {
+        "r0": {"plain": [_run(10.0), _run(10.0), _run(10.0)],
+               "lookup": [_run(20.0), _run(40.0), _run(20.0)],  # one outlier run
+               "llama:lookup": [{"tokens_per_s": 15.0}, {"error": "crashed"}, {"tokens_per_s": 15.0}],
+               "llama:ngram-mod": [{"tokens_per_s": 30.0}, {"tokens_per_s": 12.0}, {"tokens_per_s": 12.0}]},
+    }
+    names = ["plain", "lookup", "llama:lookup", "llama:ngram-mod"]
+    s = bench.summarise("t", ["r0"], results, names)
+    rows = s["configs"]
+    assert "llama:lookup" in rows  # a failed run leaves the type in, judged by its other runs
+    assert rows["lookup"]["geomean_vs_plain"] == pytest.approx(2.0)  # the median, not the fast run
+    assert rows["lookup"]["geomean_vs_llama_best"] == pytest.approx(20.0 / 15.0)  # best type by median
+    assert rows["lookup"]["outlier_runs"] == pytest.approx(1 / 3)
+    assert rows["lookup"]["noisy_requests"] == 1
+    assert rows["plain"]["outlier_runs"] == 0
+    assert s["llama_best_type"] == {"llama:lookup": 1}
+    assert rows["llama:best"]["geomean_vs_plain"] == pytest.approx(1.5)
+    # one run per config: repeat 0 alone saw ngram-mod at 30 tok/s
+    assert rows["lookup"]["single_runs_vs_llama_best"].split("/")[0] == f"{20.0 / 30.0:.3g}"
+
+
+def test_llama_cpp_is_timed_over_the_tokens_specgen_counts(repeats):
+    # llama-speculative-simple decoded 176 tokens for 128 asked (-n 127) in 2 s: printed 88 tok/s
+    r = {"generated": 176, "decode_s": 2.0, "tokens_per_s_raw": 88.0}
+    assert repeats.same_count_rate(r, 128, "ngram-simple") == pytest.approx(64.0)
+    # llama-lookup's first token comes from the prompt's logits inside its clock: not counted
+    assert repeats.same_count_rate({"generated": 130, "decode_s": 2.0}, 128, "lookup") == pytest.approx(63.5)
+    # old records: the printed figure moves to tokens_per_s_raw, specgen's stay as they are
+    results = {"r0": {"llama:ngram-mod": [{"tokens_per_s": 96.0, "generated": 192}],
+                      "plain": [{"tokens_per_s": 40.0}]}}
+    repeats.same_counts(results, 128)
+    assert results["r0"]["llama:ngram-mod"][0]["tokens_per_s"] == pytest.approx(64.0)
+    assert results["r0"]["llama:ngram-mod"][0]["tokens_per_s_raw"] == 96.0
+    assert results["r0"]["plain"][0] == {"tokens_per_s": 40.0, "tokens_per_s_raw": 40.0}
+
+
+def test_llama_cpp_text_is_checked_against_plain(bench):
+    prompt = "Continue the story: the lighthouse keeper saw a ship"
+    out = prompt + "\n\nThe ship was a 100-foot-long, 10-ton"
+    got = bench.generated_text(out, prompt)
+    assert got == "\n\nThe ship was a 100-foot-long, 10-ton"
+    again = "ugh! " + prompt + " and then" + prompt[-45:] + " again"  # the output repeats the prompt's end
+    assert bench.generated_text(again, prompt) == " and then" + prompt[-45:] + " again"
+    assert bench.follows(got, "\n\nThe ship was a 100-foot") is None  # llama.cpp decodes past n
+    assert bench.follows(got, "\n\nThe ship was a 12-metre (36-foot) fishing vessel") == 18  # "1" in both
+    assert bench.follows("", "\n\nThe") == 0
+    results = {"r0": {"plain": [_run(10.0)], "llama:lookup": [{"tokens_per_s": 15.0, "same_as_plain": False}],
+                      "llama:ngram-mod": [{"tokens_per_s": 12.0, "same_as_plain": True}]}}
+    s = bench.summarise("t", ["r0"], results, ["plain", "llama:lookup", "llama:ngram-mod"])
+    assert s["configs"]["llama:best"]["differs_from_plain"] == 1
+    assert s["configs"]["llama:ngram-mod"]["differs_from_plain"] == 0
