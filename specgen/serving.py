@@ -32,7 +32,10 @@ stays in its slot. A new request takes the free slot whose cached tokens
 share the longest prefix with its prompt (as llama-server picks slots by
 similarity; a match under a tenth of the prompt takes the least recently used
 slot instead), the rest of that slot is removed, and only the new tail is
-prefilled (at least the last prompt token, for its logits). Idle slots' cached
+prefilled (at least the last prompt token, for its logits); a running request
+whose cache shares MIN_COPY more of the prompt than any free slot lends that
+prefix instead (`Engine.copy_prefix`: the cells are shared, not computed
+again; two requests on one passage or one set of instructions). Idle slots' cached
 tokens count against the pool: they are evicted, least recently used first,
 when an admission needs the room. Drafters need nothing for it: prompt lookup
 and suffix indexes start afresh per generation, and a draft model's cache of
@@ -82,6 +85,10 @@ SHARED_STEP_ROWS = 63
 # are shaped to a multiple of ROW_GROUP rows (drafts lengthened from free
 # offers or cut, a prompt chunk that does not end its prompt cut). 1: off.
 ROW_GROUP = 4
+# A running request's cached prefix shared with a new prompt is copied into the
+# new request's slot (llama.cpp's seq_cp: the cells are shared, nothing is
+# computed) when it is at least this much longer than the free slots' best.
+MIN_COPY = 16
 SLOT_SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity: a smaller match takes the least recently used slot
 
 
@@ -375,10 +382,11 @@ class Server:
         return out
 
     # -- slots and the prompt cache ---------------------------------------
-    def _pick_slot(self, job: Job) -> tuple[int, int, tuple | None]:
+    def _pick_slot(self, job: Job) -> tuple[int, int, tuple | int | None]:
         """The free slot for a job, how many of its prompt tokens are cached for it
         (always fewer than the prompt: the last one is decoded for its logits), and
-        the stored state to load into the slot first (None: the slot's own cache)."""
+        where they come from: None, the slot's own cache; a running request's slot
+        (an int) to copy them from; or a stored state (a tuple) to load."""
         if not self.prompt_cache:
             return self._free[0], 0, None
         lru = min(self._free, key=lambda s: self._last_used[s])
@@ -389,6 +397,13 @@ class Server:
         best = max(self._free, key=lambda s: (shared[s], -self._last_used[s]))
         if shared[best] < SLOT_SIMILARITY * len(prompt):
             best = lru
+        if hasattr(self.target, "copy_prefix") and self._active:
+            # a running request's prefix (two requests on one passage, one
+            # instruction): its cells are shared, not computed again
+            src = max(self._active, key=lambda a: common_prefix(self.target.kv_tokens(a.seq), prompt))
+            n = min(common_prefix(self.target.kv_tokens(src.seq), prompt), cap)
+            if n >= shared[best] + MIN_COPY:  # into the slot whose own cache is least likely wanted
+                return lru, n, src.seq
         if self.store is not None:
             saved, n = self.store.best(prompt)
             if min(n, cap) >= shared[best] + MIN_SAVE:  # loading beats the slot's own cache by enough to pay
@@ -430,13 +445,17 @@ class Server:
         return engine if engine is not None and engine is not self.target else None
 
     # -- one step ---------------------------------------------------------
-    def _admit(self, job: Job, seq: int, need: int, t0: float, keep: int = 0, saved: tuple | None = None) -> _Active:
+    def _admit(self, job: Job, seq: int, need: int, t0: float, keep: int = 0,
+               saved: tuple | int | None = None) -> _Active:
         k = self.draft_max if job.draft_max is None else max(0, min(job.draft_max, self.draft_max))
         gen = Generation(
             self.target, job.prompt, self.drafter, draft_max=k, max_tokens=job.max_tokens,
             params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=self.new_policy(),
         )
-        if saved is not None:
+        if isinstance(saved, int):  # another slot's prefix, shared
+            self._save(seq, 0)
+            self.target.copy_prefix(saved, seq, keep)
+        elif saved is not None:
             self._save(seq, 0)
             if not self._load(seq, need, saved):
                 keep = 0
