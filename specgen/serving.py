@@ -478,6 +478,12 @@ class Server:
         """The step's parts: verify rows of generating sequences (drafts: False plans
         every one plain), then prefill chunks."""
         prefilling = [a for a in active if a.prefilling]
+        # a plain shared step of 4m + r sequences: its gemv rows cost about a whole
+        # block, so a free drafter's offers may fill the block (the policies choose
+        # within it; a step that prefills is planned plain, its chunk fills the block)
+        fill = (not drafts and not prefilling and ROW_GROUP > 1 and len(generating) % ROW_GROUP > 0
+                and len(generating) > 1 and getattr(self.drafter, "free", False))
+        max_rows = -(-len(generating) // ROW_GROUP) * ROW_GROUP if fill else None
         reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
         budget = self.target.n_batch - reserved
         # prefill beside decoding sequences: in chunks under SHARED_STEP_ROWS, unless their
@@ -497,8 +503,8 @@ class Server:
         if generating and prefill_parts and not (drafts and self.drafter is not None):
             self._fit_chunks(prefill_parts, len(generating))
         prefill_rows = sum(len(c) for _, c, _ in prefill_parts)
-        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter if drafts else None,
-                                                 prefill_rows, ROW_GROUP)):
+        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter if drafts or fill else None,
+                                                 prefill_rows, ROW_GROUP, max_rows)):
             a.planned = rows
         parts, owners = [], []
         for a in generating:

@@ -93,3 +93,29 @@ def test_a_chunk_beside_generating_sequences_ends_on_a_whole_block():
         assert sum(len(t) for _, _, t, _ in b) % 4 == 0 and sum(len(t) for _, _, t, _ in b) < 64
     assert done["long"].gen.tokens == sequential(FakeEngine(chain_table(50)), Job("x", long_prompt, max_tokens=3))
     assert done["s1"].gen.tokens == sequential(FakeEngine(chain_table(50)), Job("x", [1, 2], max_tokens=40))
+
+
+class PlainGate:
+    """A gate whose every shared step is plain (its draws always favour not drafting)."""
+
+    def drafts(self, sequences, prefill=False):
+        return sequences < 2
+
+    def observe(self, *args):
+        pass
+
+
+def test_a_plain_shared_step_of_three_fills_its_block_from_free_offers():
+    eng = MultiFakeEngine(chain_table(50), n_ctx=512, n_batch=64)
+    jobs = [Job("a", [1], max_tokens=12), Job("b", [20], max_tokens=12), Job("c", [30], max_tokens=12)]
+    server = Server(eng, 3, draft_max=4, drafter=WrongAfter(50, good=8), gate=PlainGate())
+    out = {r.job.id: r for r in server.serve(jobs)}
+    shared = [b for b in eng.batches[1:] if len(b) == 3]
+    assert shared and all(sum(len(t) for _, _, t, _ in b) == 4 for b in shared)  # 3 rows + 1 drafted: one block
+    for job in jobs:
+        assert out[job.id].gen.tokens == sequential(FakeEngine(chain_table(50)), job)
+    # four sequences already fill the block: a plain step stays plain
+    eng = MultiFakeEngine(chain_table(50), n_ctx=512, n_batch=64)
+    four = jobs + [Job("d", [40], max_tokens=12)]
+    Server(eng, 4, draft_max=4, drafter=WrongAfter(50, good=8), gate=PlainGate()).serve(four)
+    assert all(sum(len(t) for _, _, t, _ in b) == 4 for b in eng.batches[1:] if len(b) == 4)
