@@ -19,7 +19,9 @@ A --config is NAME or NAME=FLAGS, FLAGS from: --no-spec, -k N (fixed k),
 specgen.serving.SHARED_STEP_ROWS), --row-group N (shared steps shaped to a
 multiple of N rows, specgen.serving.ROW_GROUP; 1: off), --min-copy N (a
 running request's prefix is copied for a new prompt from N tokens more than a
-free slot holds, specgen.serving.MIN_COPY; a huge N: off). --fresh empties
+free slot holds, specgen.serving.MIN_COPY; a huge N: off), --prefill-drafts
+0|1 (steps that prefill beside generating sequences may draft,
+specgen.serving.PREFILL_DRAFTS). --fresh empties
 the prompt cache before each repeat, so every repeat is a first pass.
 --categories code-edit,reformat serves only those categories of the set.
 """
@@ -51,6 +53,7 @@ def parse_config(text: str) -> tuple[str, dict]:
     p.add_argument("--shared-step-rows", type=int, default=S.SHARED_STEP_ROWS)
     p.add_argument("--row-group", type=int, default=S.ROW_GROUP)
     p.add_argument("--min-copy", type=int, default=S.MIN_COPY)
+    p.add_argument("--prefill-drafts", type=int, choices=(0, 1), default=int(S.PREFILL_DRAFTS))
     args = p.parse_args(flags.split())
     if args.row_group < 1 or args.shared_step_rows < 1 or args.min_copy < 1:
         p.error("--row-group, --shared-step-rows and --min-copy must be at least 1")
@@ -147,6 +150,7 @@ def main() -> None:
                 S.SHARED_STEP_ROWS = configs[name]["shared_step_rows"]
                 S.ROW_GROUP = configs[name]["row_group"]
                 S.MIN_COPY = configs[name]["min_copy"]
+                S.PREFILL_DRAFTS = bool(configs[name]["prefill_drafts"])
                 if a.fresh:  # every repeat a first pass: no slot holds a prompt, none is stored
                     for seq in range(a.concurrency):
                         serving.target.truncate(seq, 0)

@@ -19,8 +19,10 @@ cost-aware policy sees the step it is planned into: it maximises the step's
 expected tokens per second, so drafting shrinks as the other rows saturate
 the machine. A `gate` (specgen.stepgate, with the cost policy) decides per
 step whether a step of several sequences drafts at all, from the measured
-throughput of such steps with and without drafts; steps that prefill a
-prompt beside them draft nothing.
+throughput of such steps with and without drafts. In a step that prefills a
+prompt beside them (PREFILL_DRAFTS) the drafts are planned first, priced as in
+a shared step without the prompt (the prompt's rows would make drafts look
+free), and the prompt's chunk takes the rest of SHARED_STEP_ROWS.
 
 The engine must be opened with n_seq_max >= slots; kv_unified=True keeps a
 mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
@@ -89,6 +91,11 @@ ROW_GROUP = 4
 # new request's slot (llama.cpp's seq_cp: the cells are shared, nothing is
 # computed) when it is at least this much longer than the free slots' best.
 MIN_COPY = 16
+# A step that prefills beside generating sequences may draft (with the gate, the
+# cost policy's servers): the drafts are planned as in a shared step without the
+# prompt, and the chunk fills the rest of SHARED_STEP_ROWS. False: such steps are
+# planned plain (the verify rows of a prefill step cost only their share of it).
+PREFILL_DRAFTS = True
 SLOT_SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity: a smaller match takes the least recently used slot
 
 
@@ -322,7 +329,7 @@ class Server:
         t0 = time.perf_counter()
         before = sum(len(a.gen.tokens) for a in generating)
         prefill = len(generating) < len(active)
-        drafts = self.gate.drafts(len(generating), prefill) if self.gate is not None else True
+        drafts = self.gate.drafts(len(generating), prefill and not PREFILL_DRAFTS) if self.gate is not None else True
         parts, owners = self._build_step(active, generating, drafts)
         views = self.target.decode_batch(parts) if parts else []
         self.steps += bool(parts)
@@ -484,7 +491,14 @@ class Server:
         fill = (not drafts and not prefilling and ROW_GROUP > 1 and len(generating) % ROW_GROUP > 0
                 and len(generating) > 1 and getattr(self.drafter, "free", False))
         max_rows = -(-len(generating) // ROW_GROUP) * ROW_GROUP if fill else None
-        reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
+        # a gated step that prefills beside drafting sequences: their drafts are planned
+        # first, priced as a shared step without the prompt, and the chunk takes the rest
+        plan_first = PREFILL_DRAFTS and drafts and self.gate is not None and bool(prefilling and generating)
+        if plan_first:
+            self._plan(generating, self.drafter, 0, None)
+            reserved = sum(len(a.planned or ()) for a in generating)
+        else:
+            reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
         budget = self.target.n_batch - reserved
         # prefill beside decoding sequences: in chunks under SHARED_STEP_ROWS, unless their
         # reservation fills that already (capping then would starve prompts of a busy server)
@@ -500,12 +514,11 @@ class Server:
             a.chunk = len(chunk)
             prefill_parts.append((a, chunk, 1 if last else 0))
             budget -= len(chunk)
-        if generating and prefill_parts and not (drafts and self.drafter is not None):
-            self._fit_chunks(prefill_parts, len(generating))
+        if generating and prefill_parts and (plan_first or not (drafts and self.drafter is not None)):
+            self._fit_chunks(prefill_parts, reserved if plan_first else len(generating))
         prefill_rows = sum(len(c) for _, c, _ in prefill_parts)
-        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter if drafts or fill else None,
-                                                 prefill_rows, ROW_GROUP, max_rows)):
-            a.planned = rows
+        if not plan_first:
+            self._plan(generating, self.drafter if drafts or fill else None, prefill_rows, max_rows)
         parts, owners = [], []
         for a in generating:
             if a.planned is not None:
@@ -516,6 +529,11 @@ class Server:
             owners.append((a, "prefill"))
         self.step_log.append((len(parts), sum(len(a.planned or ()) for a in generating), prefill_rows))
         return parts, owners
+
+    @staticmethod
+    def _plan(generating: list[_Active], drafter, busy_rows: int, max_rows: int | None) -> None:
+        for a, rows in zip(generating, plan_step([a.gen for a in generating], drafter, busy_rows, ROW_GROUP, max_rows)):
+            a.planned = rows
 
     @staticmethod
     def _fit_chunks(prefill_parts: list, verify_rows: int) -> None:
