@@ -495,7 +495,10 @@ class Server:
         # first, priced as a shared step without the prompt, and the chunk takes the rest
         plan_first = PREFILL_DRAFTS and drafts and self.gate is not None and bool(prefilling and generating)
         if plan_first:
-            self._plan(generating, self.drafter, 0, None)
+            # a prompt tail that ends in this step cannot be cut to a block: the drafts
+            # fit around its rows (a cached prompt's last token: 1 row beside them)
+            tail = sum(len(a.job.prompt) - a.prefilled for a in prefilling)
+            self._plan(generating, self.drafter, tail % ROW_GROUP if tail <= SHARED_STEP_ROWS // 2 else 0, None)
             reserved = sum(len(a.planned or ()) for a in generating)
         else:
             reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
