@@ -17,7 +17,12 @@ step: JSON lines, one per (configuration, repeat, class), then a total.
 A --config is NAME or NAME=FLAGS, FLAGS from: --no-spec, -k N (fixed k),
 --shared-step-rows N (the prefill cap beside generating sequences,
 specgen.serving.SHARED_STEP_ROWS), --row-group N (shared steps shaped to a
-multiple of N rows, specgen.serving.ROW_GROUP; 1: off).
+multiple of N rows, specgen.serving.ROW_GROUP; 1: off), --min-copy N (a
+running request's prefix is copied for a new prompt from N tokens more than a
+free slot holds, specgen.serving.MIN_COPY; a huge N: off), --prefill-drafts
+0|1 (steps that prefill beside generating sequences may draft,
+specgen.serving.PREFILL_DRAFTS). --fresh empties
+the prompt cache before each repeat, so every repeat is a first pass.
 --categories code-edit,reformat serves only those categories of the set.
 """
 
@@ -47,9 +52,11 @@ def parse_config(text: str) -> tuple[str, dict]:
     p.add_argument("-k", type=int, default=None)
     p.add_argument("--shared-step-rows", type=int, default=S.SHARED_STEP_ROWS)
     p.add_argument("--row-group", type=int, default=S.ROW_GROUP)
+    p.add_argument("--min-copy", type=int, default=S.MIN_COPY)
+    p.add_argument("--prefill-drafts", type=int, choices=(0, 1), default=int(S.PREFILL_DRAFTS))
     args = p.parse_args(flags.split())
-    if args.row_group < 1 or args.shared_step_rows < 1:
-        p.error("--row-group and --shared-step-rows must be at least 1")
+    if args.row_group < 1 or args.shared_step_rows < 1 or args.min_copy < 1:
+        p.error("--row-group, --shared-step-rows and --min-copy must be at least 1")
     return name, vars(args)
 
 
@@ -121,6 +128,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-c", "--ctx-size", type=int, default=4096)
+    ap.add_argument("--fresh", action="store_true", help="empty the prompt cache before each repeat (all first passes)")
     ap.add_argument("--categories", default=None, help="comma-separated categories of the bundled set (default: all)")
     a = ap.parse_args()
     configs = dict(parse_config(c) for c in (a.config or ["default"]))
@@ -141,6 +149,14 @@ def main() -> None:
                 serving = servings[name]
                 S.SHARED_STEP_ROWS = configs[name]["shared_step_rows"]
                 S.ROW_GROUP = configs[name]["row_group"]
+                S.MIN_COPY = configs[name]["min_copy"]
+                S.PREFILL_DRAFTS = bool(configs[name]["prefill_drafts"])
+                if a.fresh:  # every repeat a first pass: no slot holds a prompt, none is stored
+                    for seq in range(a.concurrency):
+                        serving.target.truncate(seq, 0)
+                    store = serving.new_server().store  # the one store all its schedulers share
+                    if store is not None:
+                        store.clear()
                 prompts = [serving.target.tokenize(r.prompt) for r in reqs]
                 log: list = []
                 wall, server = closed_loop(serving, prompts, [r.id for r in reqs], a.concurrency, a.max_tokens, log)

@@ -375,7 +375,7 @@ class Generation:
 
 
 def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: int = 0,
-              row_group: int = 1) -> list[list[int] | None]:
+              row_group: int = 1, max_rows: int | None = None) -> list[list[int] | None]:
     """Plan one target pass for generations that share `drafter`: each one's verify
     rows `[last, d1 … dk]`, or None for one that is over.
 
@@ -390,7 +390,8 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
 
     row_group > 1, in a shared step (several sequences, or prefill rows
     beside): the step's rows are brought to a multiple of it where the drafts
-    allow (`fit_rows`).
+    allow (`fit_rows`). max_rows: the step's rows stay within it (each sequence
+    keeps one row; a policy's limit is what the sequences before it left).
     """
     limits = [g.limit() for g in gens]
     live = [(g, lim) for g, lim in zip(gens, limits) if lim is not None]
@@ -407,6 +408,9 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
     group = row_group if len(live) + (busy_rows > 0) > 1 else 1  # fit_rows shapes shared steps only
     for i, (g, lim) in enumerate(live):
         later = len(live) - i - 1
+        if max_rows is not None:
+            lim = max(0, min(lim, max_rows - rows - 1 - later))
+            live[i] = (g, lim)
         offered = min(len(offers[i].tokens), lim)
         model_limit = 0 if free or drafter is None else min(lim, getattr(drafter, "model_max", None) or lim)
         k, take = (g.policy.choose_offer(offers[i].key, offered, model_limit,

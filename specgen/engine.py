@@ -250,6 +250,15 @@ class Engine:
         del kv[n:]
         self._kv_valid[seq] = True
 
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """dst's cache becomes src's first n positions. In the unified pool the
+        cells are shared, not computed again: llama.cpp marks them as dst's too,
+        and each sequence's later rollbacks and evictions leave the other's."""
+        self.truncate(dst, 0)
+        if n and self._kv_valid[src]:
+            llama.llama_memory_seq_cp(self._mem, src, dst, 0, n)
+            self._kv[dst] = self._kv[src][:n]
+
     def save_seq(self, seq: int):
         """A copy of the sequence's cache state (keys and values, in llama.cpp's format),
         for `load_seq`; None when llama.cpp gives none."""

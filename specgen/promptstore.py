@@ -62,5 +62,10 @@ class PromptStore:
         while self.bytes > self.max_bytes:
             self._drop(next(iter(self._entries)))
 
+    def clear(self) -> None:
+        """Forget every stored state."""
+        self._entries.clear()
+        self.bytes = 0
+
     def _drop(self, tokens: tuple[int, ...]) -> None:
         self.bytes -= len(self._entries.pop(tokens))

@@ -19,8 +19,10 @@ cost-aware policy sees the step it is planned into: it maximises the step's
 expected tokens per second, so drafting shrinks as the other rows saturate
 the machine. A `gate` (specgen.stepgate, with the cost policy) decides per
 step whether a step of several sequences drafts at all, from the measured
-throughput of such steps with and without drafts; steps that prefill a
-prompt beside them draft nothing.
+throughput of such steps with and without drafts. In a step that prefills a
+prompt beside them (PREFILL_DRAFTS) the drafts are planned first, priced as in
+a shared step without the prompt (the prompt's rows would make drafts look
+free), and the prompt's chunk takes the rest of SHARED_STEP_ROWS.
 
 The engine must be opened with n_seq_max >= slots; kv_unified=True keeps a
 mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
@@ -32,7 +34,10 @@ stays in its slot. A new request takes the free slot whose cached tokens
 share the longest prefix with its prompt (as llama-server picks slots by
 similarity; a match under a tenth of the prompt takes the least recently used
 slot instead), the rest of that slot is removed, and only the new tail is
-prefilled (at least the last prompt token, for its logits). Idle slots' cached
+prefilled (at least the last prompt token, for its logits); a running request
+whose cache shares MIN_COPY more of the prompt than any free slot lends that
+prefix instead (`Engine.copy_prefix`: the cells are shared, not computed
+again; two requests on one passage or one set of instructions). Idle slots' cached
 tokens count against the pool: they are evicted, least recently used first,
 when an admission needs the room. Drafters need nothing for it: prompt lookup
 and suffix indexes start afresh per generation, and a draft model's cache of
@@ -82,6 +87,15 @@ SHARED_STEP_ROWS = 63
 # are shaped to a multiple of ROW_GROUP rows (drafts lengthened from free
 # offers or cut, a prompt chunk that does not end its prompt cut). 1: off.
 ROW_GROUP = 4
+# A running request's cached prefix shared with a new prompt is copied into the
+# new request's slot (llama.cpp's seq_cp: the cells are shared, nothing is
+# computed) when it is at least this much longer than the free slots' best.
+MIN_COPY = 16
+# A step that prefills beside generating sequences may draft (with the gate, the
+# cost policy's servers): the drafts are planned as in a shared step without the
+# prompt, and the chunk fills the rest of SHARED_STEP_ROWS. False: such steps are
+# planned plain (the verify rows of a prefill step cost only their share of it).
+PREFILL_DRAFTS = True
 SLOT_SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity: a smaller match takes the least recently used slot
 
 
@@ -315,7 +329,7 @@ class Server:
         t0 = time.perf_counter()
         before = sum(len(a.gen.tokens) for a in generating)
         prefill = len(generating) < len(active)
-        drafts = self.gate.drafts(len(generating), prefill) if self.gate is not None else True
+        drafts = self.gate.drafts(len(generating), prefill and not PREFILL_DRAFTS) if self.gate is not None else True
         parts, owners = self._build_step(active, generating, drafts)
         views = self.target.decode_batch(parts) if parts else []
         self.steps += bool(parts)
@@ -375,10 +389,11 @@ class Server:
         return out
 
     # -- slots and the prompt cache ---------------------------------------
-    def _pick_slot(self, job: Job) -> tuple[int, int, tuple | None]:
+    def _pick_slot(self, job: Job) -> tuple[int, int, tuple | int | None]:
         """The free slot for a job, how many of its prompt tokens are cached for it
         (always fewer than the prompt: the last one is decoded for its logits), and
-        the stored state to load into the slot first (None: the slot's own cache)."""
+        where they come from: None, the slot's own cache; a running request's slot
+        (an int) to copy them from; or a stored state (a tuple) to load."""
         if not self.prompt_cache:
             return self._free[0], 0, None
         lru = min(self._free, key=lambda s: self._last_used[s])
@@ -389,6 +404,13 @@ class Server:
         best = max(self._free, key=lambda s: (shared[s], -self._last_used[s]))
         if shared[best] < SLOT_SIMILARITY * len(prompt):
             best = lru
+        if hasattr(self.target, "copy_prefix") and self._active:
+            # a running request's prefix (two requests on one passage, one
+            # instruction): its cells are shared, not computed again
+            src = max(self._active, key=lambda a: common_prefix(self.target.kv_tokens(a.seq), prompt))
+            n = min(common_prefix(self.target.kv_tokens(src.seq), prompt), cap)
+            if n >= shared[best] + MIN_COPY:  # into the slot whose own cache is least likely wanted
+                return lru, n, src.seq
         if self.store is not None:
             saved, n = self.store.best(prompt)
             if min(n, cap) >= shared[best] + MIN_SAVE:  # loading beats the slot's own cache by enough to pay
@@ -430,13 +452,17 @@ class Server:
         return engine if engine is not None and engine is not self.target else None
 
     # -- one step ---------------------------------------------------------
-    def _admit(self, job: Job, seq: int, need: int, t0: float, keep: int = 0, saved: tuple | None = None) -> _Active:
+    def _admit(self, job: Job, seq: int, need: int, t0: float, keep: int = 0,
+               saved: tuple | int | None = None) -> _Active:
         k = self.draft_max if job.draft_max is None else max(0, min(job.draft_max, self.draft_max))
         gen = Generation(
             self.target, job.prompt, self.drafter, draft_max=k, max_tokens=job.max_tokens,
             params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=self.new_policy(),
         )
-        if saved is not None:
+        if isinstance(saved, int):  # another slot's prefix, shared
+            self._save(seq, 0)
+            self.target.copy_prefix(saved, seq, keep)
+        elif saved is not None:
             self._save(seq, 0)
             if not self._load(seq, need, saved):
                 keep = 0
@@ -459,7 +485,23 @@ class Server:
         """The step's parts: verify rows of generating sequences (drafts: False plans
         every one plain), then prefill chunks."""
         prefilling = [a for a in active if a.prefilling]
-        reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
+        # a plain shared step of 4m + r sequences: its gemv rows cost about a whole
+        # block, so a free drafter's offers may fill the block (the policies choose
+        # within it; a step that prefills is planned plain, its chunk fills the block)
+        fill = (not drafts and not prefilling and ROW_GROUP > 1 and len(generating) % ROW_GROUP > 0
+                and len(generating) > 1 and getattr(self.drafter, "free", False))
+        max_rows = -(-len(generating) // ROW_GROUP) * ROW_GROUP if fill else None
+        # a gated step that prefills beside drafting sequences: their drafts are planned
+        # first, priced as a shared step without the prompt, and the chunk takes the rest
+        plan_first = PREFILL_DRAFTS and drafts and self.gate is not None and bool(prefilling and generating)
+        if plan_first:
+            # a prompt tail that ends in this step cannot be cut to a block: the drafts
+            # fit around its rows (a cached prompt's last token: 1 row beside them)
+            tail = sum(len(a.job.prompt) - a.prefilled for a in prefilling)
+            self._plan(generating, self.drafter, tail % ROW_GROUP if tail <= SHARED_STEP_ROWS // 2 else 0, None)
+            reserved = sum(len(a.planned or ()) for a in generating)
+        else:
+            reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
         budget = self.target.n_batch - reserved
         # prefill beside decoding sequences: in chunks under SHARED_STEP_ROWS, unless their
         # reservation fills that already (capping then would starve prompts of a busy server)
@@ -475,12 +517,11 @@ class Server:
             a.chunk = len(chunk)
             prefill_parts.append((a, chunk, 1 if last else 0))
             budget -= len(chunk)
-        if generating and prefill_parts and not (drafts and self.drafter is not None):
-            self._fit_chunks(prefill_parts, len(generating))
+        if generating and prefill_parts and (plan_first or not (drafts and self.drafter is not None)):
+            self._fit_chunks(prefill_parts, reserved if plan_first else len(generating))
         prefill_rows = sum(len(c) for _, c, _ in prefill_parts)
-        for a, rows in zip(generating, plan_step([a.gen for a in generating], self.drafter if drafts else None,
-                                                 prefill_rows, ROW_GROUP)):
-            a.planned = rows
+        if not plan_first:
+            self._plan(generating, self.drafter if drafts or fill else None, prefill_rows, max_rows)
         parts, owners = [], []
         for a in generating:
             if a.planned is not None:
@@ -491,6 +532,11 @@ class Server:
             owners.append((a, "prefill"))
         self.step_log.append((len(parts), sum(len(a.planned or ()) for a in generating), prefill_rows))
         return parts, owners
+
+    @staticmethod
+    def _plan(generating: list[_Active], drafter, busy_rows: int, max_rows: int | None) -> None:
+        for a, rows in zip(generating, plan_step([a.gen for a in generating], drafter, busy_rows, ROW_GROUP, max_rows)):
+            a.planned = rows
 
     @staticmethod
     def _fit_chunks(prefill_parts: list, verify_rows: int) -> None:

@@ -15,8 +15,10 @@ spread grows back), so a change of workload is found again; drafting that
 pays keeps its steps. A sequence alone in its step is not gated: its policy
 measures its own passes.
 
-Steps that prefill a prompt beside the generating sequences draft nothing
-(`drafts`). Pure bookkeeping: the scheduler (specgen.serving) asks `drafts`
+`drafts(n, prefill=True)` says no: a server that plans a step with a prompt
+beside as a plain one asks so (specgen.serving.PREFILL_DRAFTS off); by default
+it asks as for a shared step without the prompt and prices the drafts without
+the prompt's rows. Pure bookkeeping: the scheduler (specgen.serving) asks `drafts`
 before it plans a step and reports a shared step without prefill with
 `observe`.
 """

@@ -25,6 +25,7 @@ class FakeEngine:
         self.decodes: list[tuple[int, list[int], int]] = []  # (seq, tokens, n_logits)
         self.batches: list[list[tuple[int, int, list[int], int]]] = []  # (seq, first position, tokens, n_logits)
         self.truncations: list[tuple[int, int]] = []
+        self.copies: list[tuple[int, int, int]] = []  # (from, to, positions) of copy_prefix
 
     def is_eog(self, tok: int) -> bool:
         return tok == self.eog
@@ -41,6 +42,12 @@ class FakeEngine:
     def truncate(self, seq: int, n: int) -> None:
         self.truncations.append((seq, n))
         del self.kv.setdefault(seq, [])[n:]
+
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        self.copies.append((src, dst, n))
+        self.kv[dst] = list(self.kv.get(src, []))[:n]
+        if sum(len(kv) for kv in self.kv.values()) > self.n_ctx:  # counted twice: as a pool would without sharing
+            raise SpecgenError("context full")
 
     def save_seq(self, seq: int):
         kv = self.kv.get(seq)

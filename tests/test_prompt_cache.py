@@ -89,6 +89,34 @@ def test_a_prompt_goes_to_the_slot_sharing_its_longest_prefix():
     assert more_a.seq == by_id["a"].seq and more_a.cached_tokens == 3
 
 
+def test_a_prompt_sharing_a_running_requests_prefix_copies_it_and_prefills_the_rest():
+    eng = MultiFakeEngine(chain_table(50), n_ctx=512)
+    server = Server(eng, 2)
+    passage = list(range(1, 31))
+    first, second = Job("q1", passage + [40, 41], max_tokens=12), Job("q2", passage + [45], max_tokens=4)
+    done = []
+    server.submit(first, on_finish=done.append)
+    server.step()  # q1's prompt is in its slot, and q1 is generating
+    server.submit(second, on_finish=done.append)
+    mark = len(eng.batches)
+    server.step()
+    assert eng.copies == [(0, 1, 30)]  # the passage, shared from the running request's slot
+    assert _first_part(eng, 1, mark) == (30, [45])
+    while server.busy:
+        server.step()
+    by_id = {r.job.id: r for r in done}
+    assert by_id["q2"].cached_tokens == 30 and server.cached_tokens == 30
+    for r in done:
+        assert r.gen.tokens == sequential(FakeEngine(chain_table(50), n_ctx=512), r.job) and _holds(eng, r)
+    # a match shorter than MIN_COPY is prefilled, not copied
+    server.submit(Job("q3", list(range(5, 17)) + [44] * 8, max_tokens=8), on_finish=done.append)
+    server.step()
+    server.submit(Job("q4", list(range(5, 17)) + [46] * 8, max_tokens=2), on_finish=done.append)
+    while server.busy:
+        server.step()
+    assert eng.copies == [(0, 1, 30)] and {r.job.id: r for r in done}["q4"].cached_tokens == 0
+
+
 def test_a_slight_match_takes_the_least_recently_used_slot():
     eng = MultiFakeEngine(chain_table(50), n_ctx=512)
     server = Server(eng, 2)
@@ -375,3 +403,25 @@ def test_serve_has_the_prompt_cache_switch():
 
     out = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert out.exit_code == 0 and "--no-prompt-cache" in out.output
+
+
+@pytest.mark.model
+def test_a_copied_prefix_reads_as_its_prefill_and_outlives_its_source(gemma_path):
+    from specgen.engine import Engine
+    from test_model import TIE_MARGIN
+
+    with Engine(gemma_path, n_ctx=512, n_threads=2, n_seq_max=2, kv_unified=True) as eng:
+        passage = eng.tokenize("The ferry leaves the harbour at 7:15, 9:40 and 13:05; tickets cost 4 euros.\n")
+        tail = eng.tokenize("Question: when does the second ferry leave?\nAnswer:", add_special=False)
+        fresh = eng.sync(0, passage + tail).copy()  # the whole prompt prefilled in one sequence
+        eng.truncate(0, 0)
+        eng.sync(0, passage + eng.tokenize("Question: what do tickets cost?", add_special=False))
+        eng.copy_prefix(0, 1, len(passage))
+        assert eng.kv_tokens(1) == passage
+        eng.truncate(0, 0)  # the source goes; its cells are taken by another prompt as long
+        eng.sync(0, eng.tokenize("An unrelated text " * 12))
+        row = eng.decode(1, tail, 1)[0]
+        assert eng.kv_tokens(1) == passage + tail
+        assert np.abs(row - fresh).max() < TIE_MARGIN  # batch-shape noise only: the copied cells were kept
+        top = np.sort(fresh)[-2:]
+        assert int(row.argmax()) == int(fresh.argmax()) or top[1] - top[0] < TIE_MARGIN

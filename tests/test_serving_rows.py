@@ -93,3 +93,49 @@ def test_a_chunk_beside_generating_sequences_ends_on_a_whole_block():
         assert sum(len(t) for _, _, t, _ in b) % 4 == 0 and sum(len(t) for _, _, t, _ in b) < 64
     assert done["long"].gen.tokens == sequential(FakeEngine(chain_table(50)), Job("x", long_prompt, max_tokens=3))
     assert done["s1"].gen.tokens == sequential(FakeEngine(chain_table(50)), Job("x", [1, 2], max_tokens=40))
+
+
+class PlainGate:
+    """A gate whose every shared step is plain (its draws always favour not drafting)."""
+
+    def drafts(self, sequences, prefill=False):
+        return sequences < 2
+
+    def observe(self, *args):
+        pass
+
+
+def test_a_plain_shared_step_of_three_fills_its_block_from_free_offers():
+    eng = MultiFakeEngine(chain_table(50), n_ctx=512, n_batch=64)
+    jobs = [Job("a", [1], max_tokens=12), Job("b", [20], max_tokens=12), Job("c", [30], max_tokens=12)]
+    server = Server(eng, 3, draft_max=4, drafter=WrongAfter(50, good=8), gate=PlainGate())
+    out = {r.job.id: r for r in server.serve(jobs)}
+    shared = [b for b in eng.batches[1:] if len(b) == 3]
+    assert shared and all(sum(len(t) for _, _, t, _ in b) == 4 for b in shared)  # 3 rows + 1 drafted: one block
+    for job in jobs:
+        assert out[job.id].gen.tokens == sequential(FakeEngine(chain_table(50)), job)
+    # four sequences already fill the block: a plain step stays plain
+    eng = MultiFakeEngine(chain_table(50), n_ctx=512, n_batch=64)
+    four = jobs + [Job("d", [40], max_tokens=12)]
+    Server(eng, 4, draft_max=4, drafter=WrongAfter(50, good=8), gate=PlainGate()).serve(four)
+    assert all(sum(len(t) for _, _, t, _ in b) == 4 for b in eng.batches[1:] if len(b) == 4)
+
+
+def test_a_prompt_tail_beside_drafting_sequences_ends_the_step_on_a_whole_block():
+    from specgen.stepgate import StepGate
+
+    eng = MultiFakeEngine(chain_table(50), n_ctx=1024, n_batch=64)
+    server = Server(eng, 4, draft_max=3, drafter=WrongAfter(50, good=8), gate=StepGate(seed=0))
+    done = {}
+    for name, prompt in (("s1", [1, 2]), ("s2", [7, 8]), ("s3", [12, 13])):
+        server.submit(Job(name, prompt, max_tokens=40), on_finish=lambda r: done.setdefault(r.job.id, r))
+    server.step()
+    first = len(eng.batches)
+    server.submit(Job("tail", [30, 31, 32, 33, 34], max_tokens=3), on_finish=lambda r: done.setdefault(r.job.id, r))
+    while server.busy:
+        server.step()
+    [mixed] = [b for b in eng.batches[first:] if any(s == 3 and pos == 0 for s, pos, _, _ in b)]  # the whole prompt
+    assert len(mixed) == 4 and sum(len(t) for _, _, t, _ in mixed) % 4 == 0  # 5 prompt rows + drafts: whole blocks
+    assert any(len(t) > 1 for s, _, t, _ in mixed if s != 3)  # the generating sequences drafted beside it
+    for job_id, prompt, n in (("tail", [30, 31, 32, 33, 34], 3), ("s1", [1, 2], 40)):
+        assert done[job_id].gen.tokens == sequential(FakeEngine(chain_table(50)), Job("x", prompt, max_tokens=n))

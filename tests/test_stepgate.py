@@ -130,26 +130,32 @@ def test_a_step_that_prefills_drafts_nothing():
     assert gate.steps[bucket(4)] == [0, 0]  # not a gated choice: no arm's step
 
 
-@pytest.mark.parametrize("gated", [True, False])
-def test_the_server_plans_steps_that_prefill_without_drafts(monkeypatch, gated):
+@pytest.mark.parametrize("gated,prefill_drafts", [(True, True), (True, False), (False, True)])
+def test_steps_that_prefill_draft_first_and_the_chunk_takes_the_rest(monkeypatch, gated, prefill_drafts):
     """Requests admitted while others generate: their prompt's chunks share steps
-    with verify rows, which hold no drafts under a gate (rows nearly free: the
-    gate otherwise keeps drafting). Without a gate the policies draft there."""
+    with verify rows. Under a gate the drafts are planned first (as in a shared
+    step without the prompt) and the chunk fills the step up to
+    SHARED_STEP_ROWS, so the prompt never starves; with PREFILL_DRAFTS off those
+    steps are plain. Without a gate the policies draft there too."""
     import specgen.serving as serving
 
     clock = [0.0]
     monkeypatch.setattr(serving, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(serving, "PREFILL_DRAFTS", prefill_drafts)
     eng = TimedEngine(chain_table(32), clock, 0.0001, n_ctx=4096, n_batch=64)
     server = Server(eng, 2, draft_max=4, drafter=WrongAfter(32, good=4), gate=StepGate(seed=0) if gated else None)
     jobs = [Job(f"r{i}", [(i + j) % 32 for j in range(40 + 30 * i)], 20 + 7 * i) for i in range(5)]
     results = server.serve(jobs)
-    mixed = [(n, rows) for n, rows, pre in server.step_log if pre and rows]  # prefill beside verify rows
+    mixed = [(n, rows, pre) for n, rows, pre in server.step_log if pre and rows]  # prefill beside verify rows
     assert mixed, "no step prefilled beside a generating sequence"
     verify_only = [rows for n, rows, pre in server.step_log if not pre and rows]
     assert max(verify_only) > 2  # drafting happens elsewhere
-    if gated:
-        assert all(rows == 1 for _, rows in mixed), mixed  # one generating sequence, one plain row
+    if gated and not prefill_drafts:
+        assert all(rows == 1 for _, rows, _ in mixed), mixed  # one generating sequence, one plain row
     else:
-        assert any(rows > 1 for _, rows in mixed), mixed
+        assert any(rows > 1 for _, rows, _ in mixed), mixed
+    if gated and prefill_drafts:  # the drafts first, then a chunk that fills the step to its cap
+        assert all(rows + pre <= serving.SHARED_STEP_ROWS for _, rows, pre in mixed), mixed
+        assert any(rows > 1 and rows + pre >= serving.SHARED_STEP_ROWS - 3 for _, rows, pre in mixed), mixed
     for r in results:
         assert r.gen.tokens == sequential(MultiFakeEngine(chain_table(32), n_ctx=4096), r.job)
