@@ -91,3 +91,29 @@ def chain_table(n_vocab: int, step: int = 1) -> np.ndarray:
     for t in range(n_vocab):
         table[t, (t + step) % n_vocab] = 5.0
     return table
+
+
+class RowRecorder:
+    """Wraps a real engine; `_record(first_pos, rows)` sees every row read, by position
+    (subclasses keep what their near-tie rule needs in `self.at`)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.at: dict = {}
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def _record(self, first_pos, rows):
+        raise NotImplementedError
+
+    def decode(self, seq, tokens, n_logits=1):
+        first = len(self.engine.kv_tokens(seq)) + len(tokens) - n_logits
+        rows = self.engine.decode(seq, tokens, n_logits)
+        self._record(first, rows)
+        return rows
+
+    def sync(self, seq, tokens):
+        row = self.engine.sync(seq, tokens)
+        self._record(len(tokens) - 1, [row])
+        return row

@@ -12,6 +12,7 @@ and the speculative one, are both within the measured batch discrepancy.
 """
 
 import numpy as np
+from fakes import RowRecorder
 import pytest
 
 from specgen.decoding import Generation
@@ -33,31 +34,18 @@ PROMPTS = [
 ]
 
 
-class TopTwo:
+class TopTwo(RowRecorder):
     """Wraps an engine; remembers the top candidates (ids, logits) of every row read."""
 
     def __init__(self, engine):
         self.engine = engine
         self.at: dict[int, tuple[list[int], list[float]]] = {}
 
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
-
     def _record(self, first_pos, rows):
         for j, row in enumerate(rows):
             ids = np.argsort(row)[-8:][::-1]
             self.at[first_pos + j] = ([int(t) for t in ids], [float(row[t]) for t in ids])
 
-    def decode(self, seq, tokens, n_logits=1):
-        first = len(self.engine.kv_tokens(seq)) + len(tokens) - n_logits
-        rows = self.engine.decode(seq, tokens, n_logits)
-        self._record(first, rows)
-        return rows
-
-    def sync(self, seq, tokens):
-        row = self.engine.sync(seq, tokens)
-        self._record(len(tokens) - 1, [row])
-        return row
 
 
 def greedy(target, prompt, drafter=None, k=0, n=48):

@@ -16,6 +16,7 @@ rows' cumulative distributions are within the measured batch discrepancy.
 import json
 
 import numpy as np
+from fakes import RowRecorder
 import pytest
 from typer.testing import CliRunner
 
@@ -38,7 +39,7 @@ PARAMS = SamplingParams(temperature=0.8)
 N = 40
 
 
-class Rows:
+class Rows(RowRecorder):
     """Wraps an engine; remembers the processed distribution of every row read, by position
     (sparse: the ids left by the filters, in id order, and their probabilities)."""
 
@@ -46,25 +47,12 @@ class Rows:
         self.engine, self.params = engine, params
         self.at: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
-
     def _record(self, first_pos, rows):
         for j, row in enumerate(rows):
             p = probs(row, self.params)
             ids = np.flatnonzero(p)
             self.at[first_pos + j] = (ids, p[ids])
 
-    def decode(self, seq, tokens, n_logits=1):
-        first = len(self.engine.kv_tokens(seq)) + len(tokens) - n_logits
-        rows = self.engine.decode(seq, tokens, n_logits)
-        self._record(first, rows)
-        return rows
-
-    def sync(self, seq, tokens):
-        row = self.engine.sync(seq, tokens)
-        self._record(len(tokens) - 1, [row])
-        return row
 
 
 def draw(row, u: float) -> int:
