@@ -293,3 +293,26 @@ def test_sampled_point_mass_drafts_emit_the_plain_sampled_text(seed):
     assert gen.rng.draws == len(gen.tokens)
     st = gen.stats
     assert st.accepted > 0 and st.accepted < st.drafted and st.rounds < len(gen.tokens)
+
+
+@pytest.mark.parametrize("drafted", [False, True])
+def test_sampled_picks_of_the_target_never_build_a_dense_row(monkeypatch, drafted):
+    """Plain sampling and point-mass drafts only draw from the target's rows: they read
+    the kept tokens (`support`), not a whole-vocabulary vector (a pass or two over
+    262k entries per row at Gemma's vocabulary)."""
+    from specgen.sampling import Support
+
+    table = np.random.default_rng(0).normal(size=(12, 12)).astype(np.float32) * 2
+    params = SamplingParams(temperature=0.8, seed=1)
+    plain = Generation(FakeEngine(table), [1], None, draft_max=0, max_tokens=30, params=params)
+    run(plain)
+
+    def dense(self):
+        raise AssertionError("a dense row was built for a target's pick")
+
+    monkeypatch.setattr(Support, "dense", dense)
+    drafter = SamplingDrafter([plain.tokens[1:5], plain.tokens[9:12]]) if drafted else None
+    gen = Generation(FakeEngine(table), [1], drafter, draft_max=4 if drafted else 0, max_tokens=30, params=params)
+    run(gen)
+    assert gen.tokens == plain.tokens
+    assert (gen.stats.accepted > 0) == drafted
