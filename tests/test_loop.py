@@ -316,3 +316,28 @@ def test_sampled_picks_of_the_target_never_build_a_dense_row(monkeypatch, drafte
     run(gen)
     assert gen.tokens == plain.tokens
     assert (gen.stats.accepted > 0) == drafted
+
+
+def test_a_sampling_draft_model_draws_from_q_without_building_its_row_twice(monkeypatch):
+    """A same-vocabulary draft model keeps q (its processed row over the shared ids,
+    zeros beyond) for rejection sampling, and draws its token by the inverse CDF of q
+    with one uniform of its generator, from the kept tokens (no second dense row)."""
+    from specgen.drafters import DraftModel, Want
+    from specgen.sampling import Support, probs
+
+    table = np.random.default_rng(2).normal(size=(12, 12)).astype(np.float32) * 2
+    params = SamplingParams(temperature=0.8, top_k=5, top_p=0.9, min_p=0.0)
+    q_after = {}
+    for t in range(12):
+        q_after[t] = np.zeros(12)
+        q_after[t][:10] = probs(table[t][:10], params)
+    monkeypatch.setattr(Support, "dense", lambda self: pytest.fail("a dense row was built for a draft's pick"))
+    uniforms = np.random.default_rng(9)
+    d = DraftModel(FakeEngine(table), 10, 12).propose([Want(0, [1, 2], 4, params, np.random.default_rng(9))])[0]
+    assert len(d.tokens) == len(d.q) == 4
+    prev = 2
+    for tok, q in zip(d.tokens, d.q):
+        assert np.array_equal(q, q_after[prev])
+        c = np.cumsum(q)
+        assert tok == min(np.searchsorted(c, uniforms.random() * c[-1], side="right"), 11)
+        prev = tok
