@@ -3,6 +3,8 @@
 The same transform is applied to the target's rows (p) and the draft model's
 rows (q): rejection sampling is exact only for the distributions it compares.
 Order, as in Hugging Face transformers: temperature, then top-k, top-p, min-p.
+A pick needs only the tokens the filters keep (`support`, `sample`); the dense
+vector (`probs`) is for rejection sampling, which compares p and q entrywise.
 """
 
 from __future__ import annotations
