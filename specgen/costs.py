@@ -163,9 +163,10 @@ _picks: dict[tuple, float] = {}
 
 def pick_cost(n_vocab: int, params) -> float:
     """Host seconds to turn one row of logits into a sampled token (the sampling
-    transform, then a draw), measured once per process per vocabulary and
-    settings, on made-up logits (the least disturbed of 5)."""
-    from specgen.sampling import probs, sample
+    transform to the kept tokens, then a draw, as the loop picks), measured once
+    per process per vocabulary and settings, on made-up logits (the least
+    disturbed of 5)."""
+    from specgen.sampling import sample, support
 
     key = (n_vocab, params.temperature, params.top_k, params.top_p, params.min_p)
     if key not in _picks:
@@ -174,7 +175,7 @@ def pick_cost(n_vocab: int, params) -> float:
         times = []
         for _ in range(5):
             t = time.perf_counter()
-            sample(probs(row, params), rng)
+            sample(support(row, params), rng)
             times.append(time.perf_counter() - t)
         _picks[key] = min(times)
     return _picks[key]

@@ -20,7 +20,7 @@ from specgen.acceptance import accept_greedy, accept_sampled
 from specgen.drafters import NORMAL_FEED, Draft, Drafter, Want
 from specgen.errors import SpecgenError
 from specgen.policy import MODEL_KEY, FixedK, Situation, unused_offer_outcome
-from specgen.sampling import SamplingParams, probs, sample
+from specgen.sampling import SamplingParams, probs, sample, support
 
 
 @dataclass
@@ -217,7 +217,7 @@ class Generation:
     def _pick(self, row: np.ndarray) -> int:
         if self.params.greedy:
             return _argmax(row)
-        return sample(probs(row, self.params), self.rng)
+        return sample(support(row, self.params), self.rng)
 
     def _stop_after(self, tok: int) -> str:
         if not self.ignore_eos and self.target.is_eog(tok):
@@ -276,9 +276,9 @@ class Generation:
         if self.params.greedy or self.drafter is None:
             tok = self._pick(row)
         else:
-            p = probs(row, self.params)
+            p = support(row, self.params)
             tok = sample(p, self.rng)
-            self.policy.target_top(float(p.max()))
+            self.policy.target_top(p.max())
         st.prefill_s = time.perf_counter() - self._start
         r = Round(self._emit([tok]), 0, 0, 0.0, st.prefill_s)
         self.context.extend(r.tokens)
@@ -318,7 +318,9 @@ class Generation:
         if self.params.greedy:
             n_acc, nxt = accept_greedy(d, _LazyRows(rows, _argmax))
         else:
-            p = _LazyRows(rows, lambda x: probs(x, self.params))
+            # point-mass drafts only draw from the target's rows: their kept tokens suffice
+            dist = probs if draft.q is not None else support
+            p = _LazyRows(rows, lambda x: dist(x, self.params))
             n_acc, nxt = accept_sampled(d, p, draft.q, self.rng)
             for i in range(n_acc + 1):  # the rows the rule emitted from (it computed them)
                 self.policy.target_top(float(p[i].max()))

@@ -28,7 +28,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from specgen.engine import common_prefix
-from specgen.sampling import SamplingParams, probs, sample
+from specgen.sampling import SamplingParams, draw, support
 
 
 @dataclass
@@ -252,9 +252,10 @@ class DraftModel:
                 if w.params.greedy:
                     tok = int(np.argmax(logits))
                 else:
+                    kept = support(logits, w.params)
                     q = np.zeros(self.n_target_vocab)
-                    q[: self.n_shared] = probs(logits, w.params)
-                    tok = sample(q, w.rng)
+                    q[kept.ids] = kept.probs  # probs(logits) over the shared ids, zeros beyond
+                    tok = draw(kept.ids, kept.probs, w.rng, len(q))  # sample(q), without its zeros
                     d.q.append(q)
                 d.tokens.append(tok)
                 if len(d.tokens) < w.k:  # the last drafted token is never fed

@@ -17,7 +17,7 @@ from typing import Iterator
 from specgen.decoding import Generation, Round, _argmax, _LazyRows
 from specgen.errors import SpecgenError
 from specgen.policy import CostAware
-from specgen.sampling import probs
+from specgen.sampling import support
 from specgen.trees import DraftTree, accept_tree_greedy, accept_tree_sampled, size_tree
 
 
@@ -97,7 +97,7 @@ class TreeGeneration(Generation):
         if self.params.greedy:
             path, nxt = accept_tree_greedy(tree, _LazyRows(rows, _argmax))
         else:
-            path, nxt = accept_tree_sampled(tree, _LazyRows(rows, lambda x: probs(x, self.params)), self.rng)
+            path, nxt = accept_tree_sampled(tree, _LazyRows(rows, lambda x: support(x, self.params)), self.rng)
         n_acc = len(path)
         if branched:
             via = seq

@@ -293,3 +293,51 @@ def test_sampled_point_mass_drafts_emit_the_plain_sampled_text(seed):
     assert gen.rng.draws == len(gen.tokens)
     st = gen.stats
     assert st.accepted > 0 and st.accepted < st.drafted and st.rounds < len(gen.tokens)
+
+
+@pytest.mark.parametrize("drafted", [False, True])
+def test_sampled_picks_of_the_target_never_build_a_dense_row(monkeypatch, drafted):
+    """Plain sampling and point-mass drafts only draw from the target's rows: they read
+    the kept tokens (`support`), not a whole-vocabulary vector (a pass or two over
+    262k entries per row at Gemma's vocabulary)."""
+    from specgen.sampling import Support
+
+    table = np.random.default_rng(0).normal(size=(12, 12)).astype(np.float32) * 2
+    params = SamplingParams(temperature=0.8, seed=1)
+    plain = Generation(FakeEngine(table), [1], None, draft_max=0, max_tokens=30, params=params)
+    run(plain)
+
+    def dense(self):
+        raise AssertionError("a dense row was built for a target's pick")
+
+    monkeypatch.setattr(Support, "dense", dense)
+    drafter = SamplingDrafter([plain.tokens[1:5], plain.tokens[9:12]]) if drafted else None
+    gen = Generation(FakeEngine(table), [1], drafter, draft_max=4 if drafted else 0, max_tokens=30, params=params)
+    run(gen)
+    assert gen.tokens == plain.tokens
+    assert (gen.stats.accepted > 0) == drafted
+
+
+def test_a_sampling_draft_model_draws_from_q_without_building_its_row_twice(monkeypatch):
+    """A same-vocabulary draft model keeps q (its processed row over the shared ids,
+    zeros beyond) for rejection sampling, and draws its token by the inverse CDF of q
+    with one uniform of its generator, from the kept tokens (no second dense row)."""
+    from specgen.drafters import DraftModel, Want
+    from specgen.sampling import Support, probs
+
+    table = np.random.default_rng(2).normal(size=(12, 12)).astype(np.float32) * 2
+    params = SamplingParams(temperature=0.8, top_k=5, top_p=0.9, min_p=0.0)
+    q_after = {}
+    for t in range(12):
+        q_after[t] = np.zeros(12)
+        q_after[t][:10] = probs(table[t][:10], params)
+    monkeypatch.setattr(Support, "dense", lambda self: pytest.fail("a dense row was built for a draft's pick"))
+    uniforms = np.random.default_rng(9)
+    d = DraftModel(FakeEngine(table), 10, 12).propose([Want(0, [1, 2], 4, params, np.random.default_rng(9))])[0]
+    assert len(d.tokens) == len(d.q) == 4
+    prev = 2
+    for tok, q in zip(d.tokens, d.q):
+        assert np.array_equal(q, q_after[prev])
+        c = np.cumsum(q)
+        assert tok == min(np.searchsorted(c, uniforms.random() * c[-1], side="right"), 11)
+        prev = tok

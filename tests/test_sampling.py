@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specgen.errors import SpecgenError
-from specgen.sampling import SamplingParams, probs, sample
+from specgen.sampling import SamplingParams, Support, probs, sample, support
 
 
 def softmax(x):
@@ -64,6 +64,74 @@ def test_sample_follows_distribution():
     draws = np.bincount([sample(p, rng) for _ in range(20_000)], minlength=4) / 20_000
     assert draws[1] == 0
     assert np.allclose(draws, p, atol=0.015)
+
+
+class Uniforms:
+    """A generator stand-in that hands out the given uniforms, in order."""
+
+    def __init__(self, us):
+        self.us = list(us)
+
+    def random(self):
+        return self.us.pop(0)
+
+
+def full_cdf_token(p, u):
+    """The inverse-CDF draw over the whole vector, zeros included: the token `sample`
+    must give for the uniform u (a seed's text depends on it)."""
+    c = np.cumsum(p)
+    return int(min(np.searchsorted(c, u * c[-1], side="right"), len(p) - 1))
+
+
+def _vectors():
+    rng = np.random.default_rng(3)
+    row = (rng.normal(size=5000) * 3).astype(np.float32)
+    yield probs(row, SamplingParams(temperature=0.8))  # the defaults: top-k 40, top-p, min-p
+    yield probs(row, SamplingParams(temperature=1.5, top_k=0, top_p=0.9, min_p=0.0))
+    dense = rng.dirichlet(np.full(300, 0.2)) * (rng.random(300) < 0.3)
+    yield dense
+    yield np.array([0.0, 0.25, 0.0, 0.0, 0.5, 0.25, 0.0])
+    yield np.zeros(6)  # nothing kept: the last id, as the whole-vector rule gives
+
+
+@pytest.mark.parametrize("p", list(_vectors()), ids=["defaults", "nucleus", "dirichlet", "small", "zeros"])
+def test_sample_draws_the_whole_vector_inverse_cdf_token_for_every_uniform(p):
+    c = np.cumsum(p)
+    edges = [x / c[-1] for x in c] if c[-1] > 0 else []  # uniforms landing on a cumulative boundary
+    us = list(np.linspace(0, 1, 400, endpoint=False)) + edges + [np.nextafter(e, 0) for e in edges]
+    us = [u for u in us if 0 <= u < 1] + [np.nextafter(1.0, 0)]
+    for u in us:
+        want = full_cdf_token(p, u)
+        assert sample(p, Uniforms([u])) == want, u
+        ids = np.flatnonzero(p)
+        assert sample(Support(ids, p[ids], len(p)), Uniforms([u])) == want, u
+
+
+def test_sample_sums_over_the_kept_tokens_only(monkeypatch):
+    """The cumulative sum covers the tokens with probability, not the vocabulary
+    (~1 ms a row at Gemma's 262k)."""
+    row = (np.random.default_rng(4).normal(size=50_000) * 3).astype(np.float32)
+    params = SamplingParams(temperature=0.8)
+    p, kept = probs(row, params), support(row, params)
+    sizes, cumsum = [], np.cumsum
+    monkeypatch.setattr(np, "cumsum", lambda a, *args, **kw: (sizes.append(len(a)), cumsum(a, *args, **kw))[1])
+    rng = np.random.default_rng(0)
+    assert sample(p, rng) in set(np.flatnonzero(p).tolist())
+    assert sample(kept, rng) in set(kept.ids.tolist())
+    assert sizes and max(sizes) <= np.count_nonzero(p) <= 40
+
+
+@pytest.mark.parametrize("params", [SamplingParams(0.8), SamplingParams(0.0),
+                                    SamplingParams(1.0, top_k=0, top_p=0.5, min_p=0.0),
+                                    SamplingParams(1.0, top_k=0, top_p=1.0, min_p=0.0)])
+def test_support_is_the_processed_row_without_its_zeros(params):
+    row = (np.random.default_rng(5).normal(size=3000) * 3).astype(np.float32)
+    kept, p = support(row, params), probs(row, params)
+    assert kept.n_vocab == len(p) and np.all(np.diff(kept.ids) > 0)
+    assert np.array_equal(kept.ids, np.flatnonzero(p)) and np.array_equal(kept.probs, p[kept.ids])
+    assert kept.max() == p.max()
+    for seed in range(20):  # the same token as the dense row for the same generator
+        assert sample(kept, np.random.default_rng(seed)) == sample(p, np.random.default_rng(seed))
 
 
 @pytest.mark.parametrize(
