@@ -122,7 +122,9 @@ def test_batched_rows_move_the_cdf_only_a_little(target):
         p = probs(row, PARAMS)
         ids = np.flatnonzero(p)
         shifts.append(cdf_shift(alone[j], (ids, p[ids])))
-    assert shifts[0] == 0.0  # same kernels for the first row
+    # Whether the first row of a batch matches the single row exactly depends on the
+    # CPU's kernels (Intel AMX/AVX-512 builds: bit-identical; AMD AVX2: 0.0115 here):
+    # only the bound is a property of specgen's rule.
     assert max(shifts) < TIE_CDF
     target.truncate(0, 0)
 
