@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -76,9 +77,19 @@ def specgen(*args, env: dict | None = None, timeout: float = 120, **kw) -> subpr
                           env=specgen_env(env), **kw)
 
 
+def sigint_default() -> None:
+    """In a child before exec: SIGINT back to its default. A suite started in the
+    background by a shell (`cmd &`) inherits SIGINT ignored, and a Python child
+    that starts with it ignored never raises KeyboardInterrupt: the Ctrl-C tests
+    would test the launcher, not specgen."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_specgen(*args, env: dict | None = None, **kw) -> subprocess.Popen:
-    """`python -m specgen ARGS` started; kw as for subprocess.Popen (stdin=, stdout=, stderr=)."""
-    return subprocess.Popen([sys.executable, "-m", "specgen", *args], env=specgen_env(env), **kw)
+    """`python -m specgen ARGS` started, SIGINT as at a terminal; kw as for
+    subprocess.Popen (stdin=, stdout=, stderr=)."""
+    return subprocess.Popen([sys.executable, "-m", "specgen", *args], env=specgen_env(env),
+                            preexec_fn=sigint_default, **kw)
 
 
 # -- stub HTTP servers on 127.0.0.1 (the bench client's tests) ------------------------

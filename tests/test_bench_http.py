@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import loopback_server, read_request
+from helpers import loopback_server, read_request, sigint_default
 from openai_stub import StubServer
 from specgen.bench.http import (
     Endpoint, Sampling, error_text, merge, parse_counters, parse_endpoints, request_body, run_measures, spec_stats,
@@ -241,7 +241,7 @@ def test_ctrl_c_keeps_finished_records_and_resume_finishes(tmp_path):
         args = [sys.executable, "-m", "specgen", "bench", str(reqs), "--endpoint", f"a={s.url}", "--endpoint",
                 f"b={s.url}", "-n", "5", "--out", str(out), "--no-warmup"]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=sigint_default)
         t0 = time.monotonic()
         while not (out.exists() and out.read_text().count("\n") >= 3):  # meta + two requests
             assert time.monotonic() - t0 < 300 and p.poll() is None, p.stderr.read().decode() if p.poll() is not None else "slow"
