@@ -16,7 +16,7 @@ from typing import Iterator
 
 from specgen.decoding import Generation, Round, _argmax, _LazyRows
 from specgen.errors import SpecgenError
-from specgen.policy import CostAware
+from specgen.policy import CostAware, unused_offer_outcome
 from specgen.sampling import support
 from specgen.trees import DraftTree, accept_tree_greedy, accept_tree_sampled, size_tree
 
@@ -77,6 +77,8 @@ class TreeGeneration(Generation):
             tree = self.drafter.propose_tree(self.context, lim, self.tree_width, self.seq)
         n_main = min(main_length(tree), lim)
         k = self.policy.choose(tree.key, n_main, self.situation()) if n_main > 0 else 0
+        # an offer passed over (k = 0) still teaches its key, as in the chain loop (`plan_step`)
+        self._unused = (tree.key, tree.tokens[:n_main]) if n_main and not k else None
         tree = cut_depth(tree, k) if k else DraftTree(key=tree.key)
         if len(tree) > k and isinstance(self.policy, CostAware):
             tree = size_tree(tree, main_reach(self.policy, tree.key, k), self.policy.verify_s, width=self.tree_width)
@@ -117,6 +119,8 @@ class TreeGeneration(Generation):
             on_main += 1
         # the policy learns the main branch; a wider pass is not the k + 1-row cost it tracks
         self.policy.update(tree.key, k, on_main, None if branched else verify_s, None)
+        if self._unused is not None:
+            self.policy.observe(self._unused[0], *unused_offer_outcome(self._unused[1], emitted))
         return self._account(Round(emitted, len(tree), n_acc, draft_s, verify_s))
 
     def __iter__(self) -> Iterator[Round]:
