@@ -20,9 +20,16 @@ Two ceilings beside the replayed configs (no drafter can beat them):
 And two ceilings on the drafter's choice of continuation alone (what it copies,
 not how long), each sized by the real cost policy: `CONFIG:pick=oracle` drafts
 the longest continuation available anywhere (as `oracle`) under the drafter's
-key; `CONFIG:pick=pool` the best of the continuations the drafter's own indexes
-offer (`pool_candidates`: latest, most frequent, each next token's latest, at
-every match length), the bound of any rule that chooses among them.
+key (`CONFIG:pick=keyM`: only at occurrences that share the context's last M
+tokens, the bound of any rule that copies what followed a match of M tokens,
+whichever occurrence it picks); `CONFIG:pick=pool` the best of the
+continuations the drafter's own indexes offer (`pool_candidates`: latest, most
+frequent, each next token's latest, at every match length), the bound of any
+rule that chooses among them.
+
+`CONFIG@wW` replays the tree loop (`TreeGeneration`, draft trees of up to W
+branches): a node on plain's path holds plain's next token in its row, any
+other is never reached; a pass is priced by its rows as a chain's.
 
 Each replayed or ceiling figure is a ratio to plain priced the same way
 (verify(1) a token); `vs llama best` multiplies it by the measured ratio of
@@ -111,6 +118,39 @@ class ReplayTarget:
         self.kv = []
         return self.decode(seq, tokens, 1)[0]
 
+    # draft trees (`TreeGeneration`): a node's row holds plain's next token when its path
+    # from the root is plain's text; any other node is never reached (row -1)
+    kv_unified, n_seq_max = True, 64
+
+    def decode_tree(self, seq: int, scratch, last: int, tokens, parents):
+        base, n = len(self.kv), len(self.truth)
+        truth = lambda i: self.truth[i] if i < n else -1  # noqa: E731 - past plain's end: no token
+        self.kv.append(last)
+        depth, on = [], []  # each node's depth, and whether its path is plain's text
+        for t, par in zip(tokens, parents):
+            depth.append(1 if par < 0 else depth[par] + 1)
+            on.append((par < 0 or on[par]) and t == truth(base + depth[-1]))
+        rows = [_Row(truth(base + 1))] + [_Row(truth(base + 1 + d) if o else -1) for d, o in zip(depth, on)]
+        has_child = set(parents)
+        leaves = [i for i in range(len(tokens)) if i not in has_child]
+        ids = [seq, *scratch][: max(len(leaves), 1)]
+        self._paths = {ids[j]: [tokens[n] for n in _path(parents, leaf)] for j, leaf in enumerate(leaves)}
+        acc = max((d for d, o in zip(depth, on) if o), default=0)
+        self.trace.append((base + 1, len(tokens), acc, *self.offer))
+        self.clock.offset += self._cost(self.curve, len(tokens) + 1)
+        return rows, ids
+
+    def keep_path(self, seq: int, scratch, via: int, root: int, n_accepted: int) -> None:  # noqa: ARG002
+        self.kv = self.kv[: root + 1] + self._paths[via][:n_accepted]
+
+
+def _path(parents, node: int) -> list[int]:
+    out = []
+    while node >= 0:
+        out.append(node)
+        node = parents[node]
+    return out[::-1]
+
 
 def accepted(draft, truth) -> int:
     """How many of draft's tokens plain's text accepts (truth: plain's tokens from there)."""
@@ -118,7 +158,7 @@ def accepted(draft, truth) -> int:
 
 
 def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = False, pick: str = "",
-           lengths: dict | None = None, host: bool = True) -> list[dict]:
+           lengths: dict | None = None, host: bool = True, tree_width: int = 0) -> list[dict]:
     """Each request through the real loop in order (one drafter across them).
     hindsight: every proposal is cut to the part plain's text accepts and drafted
     whole (a fixed k): the drafter's proposals under a perfect draft length.
@@ -126,12 +166,15 @@ def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = 
     `oracle`, every proposal replaced by the longest continuation available anywhere
     (lengths[rid]: per output position, as `longest_continuations`), under the
     drafter's key; `pool`, by the best of the index's own candidates (`pool_candidates`).
-    host=False: the host's work costs nothing (see _Clock)."""
+    host=False: the host's work costs nothing (see _Clock). tree_width: draft trees of up
+    to that many branches (`TreeGeneration`; 0: the chain loop), a pass priced by its rows."""
     import specgen.decoding as decoding
+    import specgen.treedecode as treedecode
     from specgen.decoding import Generation
+    from specgen.treedecode import TreeGeneration
 
     clock = _Clock(host)
-    real_time, decoding.time = decoding.time, clock
+    real_time, decoding.time, treedecode.time = decoding.time, clock, clock
     out = []
     try:
         for rid, prompt, plain in requests:
@@ -157,8 +200,10 @@ def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = 
                 _t.offer = (len(drafts[0].tokens), drafts[0].key) if drafts else (0, 0)
                 return drafts
             drafter.propose = propose
-            gen = Generation(target, prompt, drafter, draft_max=k_max, max_tokens=len(plain), ignore_eos=True,
-                             policy=None if hindsight else make_policy())
+            tree = {"tree_width": tree_width} if tree_width else {}
+            gen = (TreeGeneration if tree else Generation)(
+                target, prompt, drafter, draft_max=k_max, max_tokens=len(plain), ignore_eos=True,
+                policy=None if hindsight else make_policy(), **tree)
             rounds = iter(gen)
             next(rounds)
             for _ in rounds:
@@ -169,7 +214,7 @@ def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = 
                         "drafted": st.drafted, "accepted": st.accepted, "draft_s": st.draft_s,
                         "k_hist": dict(sorted(st.k_chosen.items())), "trace": target.trace})
     finally:
-        decoding.time = real_time
+        decoding.time = treedecode.time = real_time
     return out
 
 
@@ -211,19 +256,21 @@ def _chain(sam, v, k, min_len, limit, first_end, length=None):
 
 # -- the hindsight ceiling ------------------------------------------------------
 
-def longest_continuations(text: list[int], start: int, docs: list[list[int]]) -> list[int]:
+def longest_continuations(text: list[int], start: int, docs: list[list[int]], context: int = 0) -> list[int]:
     """For each position p >= start of text: the length of the longest prefix of
     text[p:] that occurs starting before p in text (overlap allowed, as an LZ77
-    copy) or anywhere in one of docs."""
+    copy) or anywhere in one of docs. context: only at occurrences whose `context`
+    tokens before them equal the `context` tokens before p (a key that long)."""
     out = []
     n = len(text)
     for p in range(start, n):
         best = 0
         first = text[p]
+        key = text[p - context:p] if context else None
         for src, limit in [(text, p)] + [(d, len(d)) for d in docs]:
             m = len(src)
-            for q in range(limit):
-                if src[q] != first:
+            for q in range(context, limit):
+                if src[q] != first or (key is not None and src[q - context:q] != key):
                     continue
                 length = 1
                 while p + length < n and q + length < m and src[q + length] == text[p + length]:
@@ -373,12 +420,24 @@ def main(argv=None) -> None:
                              longest_continuations(text, len(prompt), []))
                 docs.append(text)
             cols = []
-            for c in args.configs:
+            for name in args.configs:
+                c, _, width = name.partition("@w")  # NAME@wW: draft trees of width W
+                if width and not width.isdigit():
+                    raise SystemExit(f"unknown tree width in {name}")
                 drafter = config_drafter(c)
                 shared = getattr(drafter, "policy_stats", None)  # as benchmarks/suffix.py and bench do
                 pick = next((o[5:] for o in c.partition(":")[2].split(",") if o.startswith("pick=")), "")
-                if pick not in ("", "oracle", "pool") or (pick == "pool" and not hasattr(drafter, "global_index")):
-                    raise SystemExit(f"unknown pick in {c} (pick=oracle, or pool for a suffix config)")
+                keyed = pick[3:].isdigit() and pick.startswith("key") and int(pick[3:]) > 0
+                if (pick not in ("", "oracle", "pool") and not keyed) or (
+                        pick == "pool" and not hasattr(drafter, "global_index")):
+                    raise SystemExit(f"unknown pick in {c} (pick=oracle, pick=keyM, or pool for a suffix config)")
+                lengths = {rid: ls[0] for rid, ls in lens.items()}
+                if keyed:  # the oracle's choice among the occurrences that share the context's last M tokens
+                    m, seen, lengths = int(pick[3:]), [], {}
+                    for rid, prompt, plain in reqs:
+                        text = list(prompt) + list(plain)
+                        lengths[rid] = longest_continuations(text, len(prompt), seen, context=m)
+                        seen.append(text)
                 sparse = "sparse=1" in c.partition(":")[2].split(",")  # priced on `curve` all the same
 
                 def new_policy(shared=shared, sparse=sparse):
@@ -386,19 +445,19 @@ def main(argv=None) -> None:
                         return CostAware(args.k_max, sparse_curve(curve), shared=shared)
                     return make_policy("cost", args.k_max, e, shared=shared)
                 res = replay(reqs, drafter, args.k_max, curve, new_policy,
-                             hindsight="hindsight=1" in c, pick=pick, lengths={rid: ls[0] for rid, ls in lens.items()},
-                             host=not args.no_host)
+                             hindsight="hindsight=1" in c, pick="oracle" if keyed else pick, lengths=lengths,
+                             host=not args.no_host, tree_width=int(width or 0))
                 for r, (rid, prompt, _) in zip(res, reqs):
-                    rows[rid][c] = {**r, "vs_plain": r["tokens_per_s"] / plain_rate,
-                                    "diagnosis": diagnose(r.pop("trace"), lens[rid][0], len(prompt))}
-                cols.append(c)
+                    rows[rid][name] = {**r, "vs_plain": r["tokens_per_s"] / plain_rate,
+                                       "diagnosis": diagnose(r.pop("trace"), lens[rid][0], len(prompt))}
+                cols.append(name)
             if not args.no_oracle:
                 kmax = args.oracle_k or args.k_max
                 for rid, prompt, plain in reqs:
                     n = len(plain)
-                    for name, ls in zip(("oracle", "oracle-local"), lens[rid]):
+                    for col, ls in zip(("oracle", "oracle-local"), lens[rid]):
                         t = oracle_time(ls, curve, kmax)
-                        rows[rid][name] = {"tokens_per_s": (n - 1) / t, "vs_plain": (n - 1) / t / plain_rate}
+                        rows[rid][col] = {"tokens_per_s": (n - 1) / t, "vs_plain": (n - 1) / t / plain_rate}
                 cols += ["oracle", "oracle-local"]
             dump[w] = rows
             print_workload(w, order, rows, cols)

@@ -4,8 +4,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from specgen.policy import CostAware
 from specgen.suffix import SuffixDrafter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,3 +60,39 @@ def test_oracle_pick_drafts_only_what_plain_accepts(replay_mod):
     got = _replay(replay_mod, SuffixDrafter(), pick="oracle")
     assert got["accepted"] == got["drafted"] > 0
     assert got["rounds"] <= _replay(replay_mod, SuffixDrafter())["rounds"]
+
+
+def test_a_keyed_ceiling_copies_only_after_a_shared_context(replay_mod):
+    text = [1, 2, 3, 4, 9, 9, 5, 2, 3, 4]
+    # position 7 (token 2) follows 5; the earlier 2 3 4 follows 1: a copy of 3 without a key,
+    # none with one token of shared context (no earlier 2 follows a 5)
+    assert replay_mod.longest_continuations(text, 7, [])[0] == 3
+    assert replay_mod.longest_continuations(text, 7, [], context=1)[0] == 0
+    assert replay_mod.longest_continuations(text, 7, [[7, 5, 2, 3]], context=1)[0] == 2  # another document's
+
+
+def test_tree_replay_follows_plain_and_prices_every_row(replay_mod):
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    plain = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6]
+    curve = [0.0] + [0.02 + 0.001 * n for n in range(1, 40)]
+    rng = np.random.default_rng(5)  # a text that copies its period, now and then a new token
+    mixed = [int(t) if rng.random() < 0.7 else int(rng.integers(20, 99)) for t in np.tile(np.arange(1, 9), 12)]
+    lens = {"r": replay_mod.longest_continuations(prompt + mixed, len(prompt), [])}
+
+    def run(width):  # the real cost policy, priced on the virtual clock (the tree loop's too)
+        return replay_mod.replay([("r", prompt, mixed)], SuffixDrafter(), 8, curve, lambda: CostAware(8, curve),
+                                 lengths=lens, host=False, tree_width=width)[0]  # asserts plain's tokens
+
+    chain, one, wide = run(0), run(1), run(3)
+    assert one["tokens_per_s"] == chain["tokens_per_s"] and one["k_hist"] == chain["k_hist"]  # no branch: a chain
+    assert wide["accepted"] > 0
+    target = replay_mod.ReplayTarget(prompt + plain, curve, replay_mod._Clock(False))
+    target.sync(0, prompt)
+    # the root is plain's first token (9); plain goes on 1 2 3: nodes 1 -> 2 on its path, 7 and 5 off it
+    rows, ids = target.decode_tree(0, [1, 2], 9, [1, 2, 7, 5], [-1, 0, 0, -1])
+    assert [r.argmax() for r in rows] == [1, 2, 3, -1, -1]  # off plain's path: never reached
+    assert ids == [0, 1, 2]  # a sequence per leaf
+    target.keep_path(0, [1, 2], 0, len(prompt), 2)
+    assert target.kv_tokens() == prompt + [9, 1, 2]
+    assert target.clock.offset == pytest.approx(curve[1] + curve[5])  # the prompt's one row, the tree's five
+    assert target.trace[-1][:3] == (len(prompt) + 1, 4, 2)
