@@ -78,7 +78,7 @@ class TreeGeneration(Generation):
         n_main = min(main_length(tree), lim)
         k = self.policy.choose(tree.key, n_main, self.situation()) if n_main > 0 else 0
         # an offer passed over (k = 0) still teaches its key, as in the chain loop (`plan_step`)
-        self._unused = (tree.key, tree.tokens[:n_main]) if n_main and not k else None
+        self._passed_over = (tree.key, tree.tokens[:n_main]) if n_main and not k else None
         tree = cut_depth(tree, k) if k else DraftTree(key=tree.key)
         if len(tree) > k and isinstance(self.policy, CostAware):
             tree = size_tree(tree, main_reach(self.policy, tree.key, k), self.policy.verify_s, width=self.tree_width)
@@ -119,8 +119,8 @@ class TreeGeneration(Generation):
             on_main += 1
         # the policy learns the main branch; a wider pass is not the k + 1-row cost it tracks
         self.policy.update(tree.key, k, on_main, None if branched else verify_s, None)
-        if self._unused is not None:
-            self.policy.observe(self._unused[0], *unused_offer_outcome(self._unused[1], emitted))
+        if self._passed_over is not None:
+            self.policy.observe(self._passed_over[0], *unused_offer_outcome(self._passed_over[1], emitted))
         return self._account(Round(emitted, len(tree), n_acc, draft_s, verify_s))
 
     def __iter__(self) -> Iterator[Round]:
