@@ -123,8 +123,11 @@ class ReplayTarget:
     kv_unified, n_seq_max = True, 64
 
     def decode_tree(self, seq: int, scratch, last: int, tokens, parents):
-        base, n = len(self.kv), len(self.truth)
-        truth = lambda i: self.truth[i] if i < n else -1  # noqa: E731 - past plain's end: no token
+        base = len(self.kv)
+
+        def truth(i: int) -> int:  # past plain's end: no token
+            return self.truth[i] if i < len(self.truth) else -1
+
         self.kv.append(last)
         depth, on = [], []  # each node's depth, and whether its path is plain's text
         for t, par in zip(tokens, parents):
@@ -134,7 +137,7 @@ class ReplayTarget:
         has_child = set(parents)
         leaves = [i for i in range(len(tokens)) if i not in has_child]
         ids = [seq, *scratch][: max(len(leaves), 1)]
-        self._paths = {ids[j]: [tokens[n] for n in _path(parents, leaf)] for j, leaf in enumerate(leaves)}
+        self._paths = {ids[j]: [tokens[node] for node in _path(parents, leaf)] for j, leaf in enumerate(leaves)}
         acc = max((d for d, o in zip(depth, on) if o), default=0)
         self.trace.append((base + 1, len(tokens), acc, *self.offer))
         self.clock.offset += self._cost(self.curve, len(tokens) + 1)
