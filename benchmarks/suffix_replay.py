@@ -425,9 +425,11 @@ def main(argv=None) -> None:
             cols = []
             for name in args.configs:
                 c, _, width = name.partition("@w")  # NAME@wW: draft trees of width W
-                if width and not width.isdigit():
-                    raise SystemExit(f"unknown tree width in {name}")
+                if width and not (width.isdigit() and int(width) >= 1):
+                    raise SystemExit(f"unknown tree width in {name} (@wW, W >= 1)")
                 drafter = config_drafter(c)
+                if width and not hasattr(drafter, "propose_tree"):
+                    raise SystemExit(f"{name}: only a suffix config drafts trees")
                 shared = getattr(drafter, "policy_stats", None)  # as benchmarks/suffix.py and bench do
                 pick = next((o[5:] for o in c.partition(":")[2].split(",") if o.startswith("pick=")), "")
                 keyed = pick[3:].isdigit() and pick.startswith("key") and int(pick[3:]) > 0
