@@ -27,8 +27,8 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specgen.engine import Engine  # noqa: E402
-from specgen.serving import Job, Server  # noqa: E402
+from specgen.engine.llama import Engine  # noqa: E402
+from specgen.serve.scheduler import Job, Server  # noqa: E402
 
 TEXT = (
     "The quick brown fox jumps over the lazy dog while the committee reviews the budget for the next "

@@ -53,7 +53,7 @@ def llama_lookup(tools, model, k, n, threads, ctx):
 
 
 def prompt_tokens(model) -> int:
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
 
     with Engine(model, vocab_only=True) as e:
         return len(e.tokenize(PROMPT.read_text()))
@@ -98,9 +98,9 @@ def python_overhead(model, k, n, threads, ctx):
     """Share of each round spent in Python, outside llama_decode / logits reads."""
     import llama_cpp as L
 
-    from specgen.decoding import Generation
-    from specgen.drafters import PromptLookup
-    from specgen.engine import Engine
+    from specgen.decode.generation import Generation
+    from specgen.drafters.lookup import PromptLookup
+    from specgen.engine.llama import Engine
 
     spent = [0.0]
     real_decode = L.llama_decode
@@ -132,7 +132,7 @@ def python_overhead(model, k, n, threads, ctx):
 
 def peak_rss(model, n, threads, ctx):
     """Peak RSS of a `specgen run --lookup` process vs model file + KV cache."""
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
 
     with Engine(model, vocab_only=True) as e:
         arch = e.meta("general.architecture")
@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "core.json")
     args = ap.parse_args()
-    from specgen.registry import resolve_model
+    from specgen.models.registry import resolve_model
 
     model = Path(args.model) if args.model else resolve_model(None)
     res: dict = {"model": str(model), "n": args.n, "threads": args.threads, "prompt": PROMPT.name, "k": {}}

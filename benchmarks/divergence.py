@@ -29,8 +29,8 @@ from test_model import TIE_MARGIN, TopTwo as Rows  # noqa: E402
 
 
 def generate(engine, prompt, drafter, n, k):
-    from specgen.decoding import Generation
-    from specgen.loader import make_policy
+    from specgen.decode.generation import Generation
+    from specgen.session import make_policy
 
     rec = Rows(engine)
     policy = make_policy("cost", k, engine) if drafter is not None else None
@@ -61,8 +61,8 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
 
-    from specgen.engine import Engine
-    from specgen.registry import resolve_model
+    from specgen.engine.llama import Engine
+    from specgen.models.registry import resolve_model
 
     reqs = bs.bundled_requests() if args.workload == "bundled" else bs.agent_requests()
     if args.limit:

@@ -60,7 +60,7 @@ class PassClock:
 
 
 def run_one(loaded, clocks, prompt, n, params):
-    from specgen.decoding import Generation
+    from specgen.decode.generation import Generation
 
     loaded.target.truncate(0, 0)
     if loaded.draft_engine is not None:
@@ -93,13 +93,13 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile (process time) each configuration's host work")
     args = ap.parse_args()
 
-    import specgen.costs
+    import specgen.engine.costs
     from specgen.bench.requests import request_tokens
-    from specgen.loader import ModelOptions, open_models
-    from specgen.registry import cache_dir, resolve_model
-    from specgen.sampling import SamplingParams
+    from specgen.session import ModelOptions, open_models
+    from specgen.models.registry import cache_dir, resolve_model
+    from specgen.rules.sampling import SamplingParams
 
-    specgen.costs.cost_profile = lambda engine, **_: synthetic_profile(engine)
+    specgen.engine.costs.cost_profile = lambda engine, **_: synthetic_profile(engine)
     sys.path.insert(0, str(HERE))
     from translate import requests
 

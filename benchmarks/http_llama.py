@@ -164,7 +164,7 @@ def main() -> None:
     if not Path(a.llama_server).exists():
         raise SystemExit(f"no llama-server at {a.llama_server} (build it: /work/shared/BENCHMARKING.md)")
     from specgen.bench import load_requests
-    from specgen.registry import resolve_model
+    from specgen.models.registry import resolve_model
 
     model = Path(a.model) if a.model else resolve_model(None)
     tmp = Path(tempfile.mkdtemp(prefix="http_llama."))

@@ -36,7 +36,7 @@ FIXED = [1, 2, 3, 4, 6, 8]
 
 def models():
     from conftest import make_f32_target, make_q4_0_draft
-    from specgen.registry import cache_dir, resolve_model
+    from specgen.models.registry import cache_dir, resolve_model
 
     base = resolve_model(None)
     d = cache_dir() / "test-drafts"
@@ -46,10 +46,11 @@ def models():
 def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1, lookup=False):
     """One generation; `lookup`: prompt lookup's proposals alongside the draft
     model's (specgen's default with -d under the cost policy)."""
-    from specgen.decoding import Generation
-    from specgen.drafters import ALONGSIDE_NGRAM_MIN, DraftModel, PromptLookup, WithLookup
-    from specgen.loader import make_policy
-    from specgen.sampling import SamplingParams
+    from specgen.decode.generation import Generation
+    from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, PromptLookup
+    from specgen.drafters.model import DraftModel, WithLookup
+    from specgen.session import make_policy
+    from specgen.rules.sampling import SamplingParams
 
     target.truncate(0, 0)
     draft.truncate(0, 0)
@@ -70,8 +71,8 @@ def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1, lookup=False)
 def tune_prediction(target, draft, runs_k8) -> float:
     """What `specgen tune` predicts from the same requests: per-position acceptance of
     fixed-k runs, the cached cost profiles, the cost policy's own step_rate."""
-    from specgen.costs import cost_profile
-    from specgen.policy import step_rate
+    from specgen.engine.costs import cost_profile
+    from specgen.policy.base import step_rate
 
     reached, accepted = [0] * 8, [0] * 8
     for r in runs_k8:
@@ -133,7 +134,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1, help="requests per category (ratios are per-category geomeans)")
     args = ap.parse_args()
     from specgen.bench import load_requests
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
 
     global FIXED
     FIXED = [int(x) for x in args.fixed.split(",")]

@@ -65,7 +65,7 @@ def replay(rec: dict, policy, n: int, costs: dict, lookup=None) -> dict:
     `policy.choose_offer` as in `decoding.plan_step`; an offer passed over
     teaches its key what it would have met (`policy.observe`), as in
     `Generation.settle`."""
-    from specgen.policy import MODEL_KEY, Situation, unused_offer_outcome, verify_cost
+    from specgen.policy.base import MODEL_KEY, Situation, unused_offer_outcome, verify_cost
 
     tgt, drafts, prompt = rec["target"], rec["drafts"], rec["prompt"]
     verify, dcurve = costs["verify"], costs["draft"]
@@ -100,11 +100,12 @@ def replay(rec: dict, policy, n: int, costs: dict, lookup=None) -> dict:
 
 def run(args, models) -> int:
     from specgen.bench import load_requests
-    from specgen.costs import cost_profile
-    from specgen.drafters import ALONGSIDE_NGRAM_MIN, PromptLookup
-    from specgen.engine import Engine
-    from specgen.policy import DRAFT_MODEL_PRIOR, CostAware, FixedK
-    from specgen.registry import cache_dir
+    from specgen.engine.costs import cost_profile
+    from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, PromptLookup
+    from specgen.engine.llama import Engine
+    from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware
+    from specgen.policy.base import FixedK
+    from specgen.models.registry import cache_dir
 
     class Fixed(FixedK):
         def __init__(self, k: int) -> None:

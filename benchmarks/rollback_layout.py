@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specgen.engine import Engine  # noqa: E402
-from specgen.registry import resolve_model  # noqa: E402
+from specgen.engine.llama import Engine  # noqa: E402
+from specgen.models.registry import resolve_model  # noqa: E402
 
 
 def plain_step_ms(layout: str, threads: int) -> tuple[float, list[int]]:

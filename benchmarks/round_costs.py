@@ -56,7 +56,7 @@ def trace_one(target, prompt, drafter, n, k_max, name="") -> list[dict]:
     name: the config (`suffix.py`'s), for its cost policy (`:sparse`)."""
     from suffix import make_cost_policy
 
-    from specgen.decoding import Generation
+    from specgen.decode.generation import Generation
 
     k = k_max if drafter is not None else 0
     policy = make_cost_policy(name, k, target, shared=getattr(drafter, "policy_stats", None)) if k else None
@@ -100,7 +100,7 @@ def curve_at(engine, positions, rows, repeats=5) -> dict[str, dict[int, dict[int
     least disturbed of `repeats`), on filler text as the cached profile's: `same`, each
     pass after one of the same shape (as the profile is taken); `switched`, after one
     of another."""
-    from specgen.costs import _time_pass
+    from specgen.engine.costs import _time_pass
 
     text = engine.tokenize("Measuring the cost of a verify pass at a longer context. " * 80)
     out = {"same": {}, "switched": {}}
@@ -117,7 +117,7 @@ def summarise(traces, curve, at=None) -> dict:
     """Per config: measured seconds (decode + logits, rollback, host) against the cached
     curve's price of the same rounds (and the curve measured at `at`, interpolated by
     position); per k bucket the ratio of measured decode + logits to the cached price."""
-    from specgen.policy import verify_cost
+    from specgen.policy.base import verify_cost
 
     def at_price(pos, rows):
         if not at:
@@ -171,9 +171,9 @@ def main(argv=None) -> None:
     if args.start < 0 or args.limit < 1:
         ap.error("--start must be >= 0 and --limit >= 1")
     _wrap_llama()
-    from specgen.costs import cost_profile
-    from specgen.engine import Engine
-    from specgen.registry import resolve_model
+    from specgen.engine.costs import cost_profile
+    from specgen.engine.llama import Engine
+    from specgen.models.registry import resolve_model
 
     reqs = {"agent": agent_requests, "bundled": bundled_requests}[args.workload]()
     if args.start + args.limit > len(reqs):

@@ -13,7 +13,7 @@ shape); prints the median per count, one JSON line each.
 Measured here (Gemma 3 270M Q4_K_M, 2 threads, 4 sequences of 280 tokens):
 4 rows 37 ms, 5-7 rows 60-72, 8 rows 58, 9-11 rows 81-89, 12 rows 81,
 13-15 rows 102-112, 16 rows 93: a step a row past a multiple of 4 costs
-more than one at the next multiple (specgen.serving.ROW_GROUP).
+more than one at the next multiple (specgen.serve.scheduler.ROW_GROUP).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specgen.engine import Engine  # noqa: E402
-from specgen.registry import resolve_model  # noqa: E402
+from specgen.engine.llama import Engine  # noqa: E402
+from specgen.models.registry import resolve_model  # noqa: E402
 
 
 def main() -> None:

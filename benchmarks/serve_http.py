@@ -279,7 +279,7 @@ def main() -> None:
     ap.add_argument("--rows", type=Path, default=None, help="write every per-request row here (JSONL)")
     a = ap.parse_args()
 
-    from specgen.registry import resolve_model
+    from specgen.models.registry import resolve_model
 
     model = str(resolve_model(a.model))
     reqs = load_requests(a.requests)

@@ -1,6 +1,6 @@
 """Where a concurrent server's time goes, step by step: specgen's scheduler in process.
 
-Serves the bundled requests (raw-text ones) through `specgen.serving.Server`
+Serves the bundled requests (raw-text ones) through `specgen.serve.scheduler.Server`
 as `specgen serve` builds it (server.setup.open_serving), closed loop: N
 requests in flight, the next submitted the moment one finishes, as N HTTP
 clients would; no HTTP, so only the scheduler and llama.cpp are timed.
@@ -16,12 +16,12 @@ step: JSON lines, one per (configuration, repeat, class), then a total.
 
 A --config is NAME or NAME=FLAGS, FLAGS from: --no-spec, -k N (fixed k),
 --shared-step-rows N (the prefill cap beside generating sequences,
-specgen.serving.SHARED_STEP_ROWS), --row-group N (shared steps shaped to a
-multiple of N rows, specgen.serving.ROW_GROUP; 1: off), --min-copy N (a
+specgen.serve.scheduler.SHARED_STEP_ROWS), --row-group N (shared steps shaped to a
+multiple of N rows, specgen.serve.scheduler.ROW_GROUP; 1: off), --min-copy N (a
 running request's prefix is copied for a new prompt from N tokens more than a
-free slot holds, specgen.serving.MIN_COPY; a huge N: off), --prefill-drafts
+free slot holds, specgen.serve.scheduler.MIN_COPY; a huge N: off), --prefill-drafts
 0|1 (steps that prefill beside generating sequences may draft,
-specgen.serving.PREFILL_DRAFTS). --fresh empties
+specgen.serve.scheduler.PREFILL_DRAFTS). --fresh empties
 the prompt cache before each repeat, so every repeat is a first pass.
 --categories code-edit,reformat serves only those categories of the set.
 """
@@ -37,12 +37,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import specgen.serving as S  # noqa: E402
+import specgen.serve.scheduler as S  # noqa: E402
 from specgen.bench import load_requests  # noqa: E402
-from specgen.loader import ModelOptions  # noqa: E402
-from specgen.sampling import SamplingParams  # noqa: E402
-from specgen.server.setup import open_serving  # noqa: E402
-from specgen.serving import Job  # noqa: E402
+from specgen.session import ModelOptions  # noqa: E402
+from specgen.rules.sampling import SamplingParams  # noqa: E402
+from specgen.serve.setup import open_serving  # noqa: E402
+from specgen.serve.scheduler import Job  # noqa: E402
 
 
 def parse_config(text: str) -> tuple[str, dict]:

@@ -28,9 +28,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
-    from specgen.costs import INFLATED, SPOT_ROWS, measure_verify, spot_check
-    from specgen.engine import Engine
-    from specgen.registry import cache_dir, resolve_model
+    from specgen.engine.costs import INFLATED, SPOT_ROWS, measure_verify, spot_check
+    from specgen.engine.llama import Engine
+    from specgen.models.registry import cache_dir, resolve_model
 
     for name in args.models.split(","):
         if name == "default":

@@ -55,7 +55,7 @@ from workloads import AGENT_EXAMPLE_TEMPLATE, AGENT_TEMPLATE, TICKETS, agent_exa
 # (`SuffixDrafter(counts=True)`, `policy.with_counts`)
 # suffix+global:sparse -- its cost policy priced by the verify curve as profiles
 # were before 2026-12-01: measured at SPARSE_ROWS only, interpolated, made
-# non-decreasing (`sparse_curve`; specgen.costs.ROW_POINTS says why that was wrong)
+# non-decreasing (`sparse_curve`; specgen.engine.costs.ROW_POINTS says why that was wrong)
 CONFIGS = ("plain", "lookup", "suffix", "suffix+global", "suffix+global:frequent", "suffix+global:old",
            "suffix+global:counts", "suffix+global:sparse")
 SPARSE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -81,19 +81,20 @@ def sparse_curve(curve):
 def make_cost_policy(name: str, k: int, target, shared=None):
     """The cost policy of a config: as the CLI's (`make_policy`), or with `:sparse`
     its verify curve priced as before every row count was measured."""
-    from specgen.loader import make_policy
+    from specgen.session import make_policy
 
     if not name.endswith(":sparse"):
         return make_policy("cost", k, target, shared=shared)
-    from specgen.costs import cost_profile
-    from specgen.policy import CostAware
+    from specgen.engine.costs import cost_profile
+    from specgen.policy.cost import CostAware
 
     return CostAware(k, sparse_curve(cost_profile(target)["verify_s"]), shared=shared)
 
 
 def make_drafter(name: str):
-    from specgen.drafters import PromptLookup
-    from specgen.suffix import FREQUENT, LATEST, SuffixDrafter
+    from specgen.drafters.lookup import PromptLookup
+    from specgen.drafters.automaton import FREQUENT, LATEST
+    from specgen.drafters.suffix import SuffixDrafter
 
     if name == "plain":
         return None
@@ -108,12 +109,12 @@ def make_drafter(name: str):
 
 
 def run_one(target, prompt, drafter, n, k_max, tree_width=1, name=""):
-    from specgen.decoding import Generation
+    from specgen.decode.generation import Generation
 
     k = k_max if drafter is not None else 0
     policy = make_cost_policy(name, k, target, shared=getattr(drafter, "policy_stats", None)) if k else None
     if tree_width > 1:
-        from specgen.treedecode import TreeGeneration
+        from specgen.decode.tree import TreeGeneration
 
         gen = TreeGeneration(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy,
                              tree_width=tree_width)
@@ -204,7 +205,7 @@ def modelled_tokens_per_s(r, curve):
     """Decode tok/s had each target pass cost what the quiet machine's verify curve says
     (rounds after the first, k + 1 rows each) plus the measured drafting time: the
     work a config did, priced without the shared CPU's noise."""
-    from specgen.policy import verify_cost
+    from specgen.policy.base import verify_cost
 
     hist = dict(r["k_hist"])
     hist["0"] = hist.get("0", 0) - 1  # the prefill round gave the first token
@@ -490,8 +491,8 @@ def main(argv=None) -> None:
         args.configs.insert(0, "plain")
     _time_llama()
 
-    from specgen.engine import Engine
-    from specgen.registry import resolve_model
+    from specgen.engine.llama import Engine
+    from specgen.models.registry import resolve_model
 
     model_path = resolve_model(args.model)
     workloads = {"bundled": bundled_requests, "agent": agent_requests, "agent-example": agent_example_requests}
@@ -526,8 +527,8 @@ def summarise_files(paths) -> None:
     config finished, measured and modelled."""
     from repeats import same_counts
 
-    from specgen.costs import cost_profile
-    from specgen.engine import Engine
+    from specgen.engine.costs import cost_profile
+    from specgen.engine.llama import Engine
 
     merged: dict[str, dict] = {}
     for path in paths:

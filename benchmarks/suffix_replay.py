@@ -57,7 +57,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's specgen, never a
 
 
 class _Clock:
-    """time.perf_counter for specgen.decoding: this process's CPU time (the host's work,
+    """time.perf_counter for specgen.decode.generation: this process's CPU time (the host's work,
     blind to other processes on a shared CPU) plus the virtual target passes. host=False:
     the target passes alone, so a replay is the same to the last digit run after run
     (CPU time still moves with the machine's load by ~1 %, enough to blur a small change)."""
@@ -86,7 +86,7 @@ class ReplayTarget:
     clock by the verify curve's cost of its logit rows."""
 
     def __init__(self, truth: list[int], curve, clock: _Clock, n_ctx: int = 4096) -> None:
-        from specgen.policy import verify_cost
+        from specgen.policy.base import verify_cost
 
         self.truth, self.curve, self.clock, self._cost = truth, curve, clock, verify_cost
         self.n_ctx, self.n_vocab, self.n_batch = n_ctx, 262144, 4096
@@ -171,10 +171,10 @@ def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = 
     drafter's key; `pool`, by the best of the index's own candidates (`pool_candidates`).
     host=False: the host's work costs nothing (see _Clock). tree_width: draft trees of up
     to that many branches (`TreeGeneration`; 0: the chain loop), a pass priced by its rows."""
-    import specgen.decoding as decoding
-    import specgen.treedecode as treedecode
-    from specgen.decoding import Generation
-    from specgen.treedecode import TreeGeneration
+    import specgen.decode.generation as decoding
+    import specgen.decode.tree as treedecode
+    from specgen.decode.generation import Generation
+    from specgen.decode.tree import TreeGeneration
 
     clock = _Clock(host)
     real_time, decoding.time, treedecode.time = decoding.time, clock, clock
@@ -310,7 +310,7 @@ def diagnose(trace, lengths: list[int], n_prompt: int) -> dict:
 def oracle_time(lengths: list[int], curve, k_max: int, round_s: float = 0.0) -> float:
     """Least time to emit tokens 1 … len(lengths) (token 0 is the prefill's): a round at
     token i drafts k <= min(lengths[i], k_max) tokens, all accepted, and emits k + 1."""
-    from specgen.policy import verify_cost
+    from specgen.policy.base import verify_cost
 
     n = len(lengths)
     best = [0.0] * (n + 2)
@@ -330,8 +330,8 @@ def config_drafter(name: str):
     plain's text accepts and drafted whole: the drafter under a perfect draft length), `sparse=1`
     (the policy priced by the verify curve as profiles did before every row count was
     measured, `suffix.sparse_curve`; the rounds are priced by the real curve all the same)."""
-    from specgen.drafters import PromptLookup
-    from specgen.suffix import SuffixDrafter
+    from specgen.drafters.lookup import PromptLookup
+    from specgen.drafters.suffix import SuffixDrafter
 
     base, _, opts = name.partition(":")
     kw = dict(o.split("=") for o in opts.split(",") if o)
@@ -391,10 +391,10 @@ def main(argv=None) -> None:
 
     from suffix import agent_example_requests, agent_requests, bundled_requests, sparse_curve
 
-    from specgen.costs import cost_profile
-    from specgen.engine import Engine
-    from specgen.loader import make_policy
-    from specgen.policy import CostAware
+    from specgen.engine.costs import cost_profile
+    from specgen.engine.llama import Engine
+    from specgen.session import make_policy
+    from specgen.policy.cost import CostAware
 
     merged, meta = load_records(args.records)
     workloads = {"bundled": bundled_requests, "agent": agent_requests, "agent-example": agent_example_requests}

@@ -2,7 +2,7 @@
 
 Bundled requests (the first N of each category), greedy or sampled, through
 four configurations, each built by the loader exactly as `specgen run` builds
-it (`specgen.loader.open_models`):
+it (`specgen.session.open_models`):
 
 - plain      `specgen run --no-spec`
 - k=K        `specgen run -d smollm2-135m -k K` (fixed k, the model alone)
@@ -75,13 +75,13 @@ def estimate(policy, k: int) -> float | None:
     """What a cost policy expects a round of k model drafts to take (verify + k steps, scaled)."""
     if not k or not hasattr(policy, "verify_s"):
         return None
-    from specgen.policy import verify_cost
+    from specgen.policy.base import verify_cost
 
     return (verify_cost(policy.verify_s, k + 1) + k * policy.draft_step_s) * policy.round_scale
 
 
 def run_one(loaded, prompt, n, params, trace=None, label="", change=None):
-    from specgen.decoding import Generation
+    from specgen.decode.generation import Generation
 
     target, tr = loaded.target, translator(loaded.drafter)
     target.truncate(0, 0)
@@ -165,9 +165,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from specgen.bench.requests import request_tokens
-    from specgen.loader import ModelOptions, open_models
-    from specgen.registry import cache_dir, resolve_model
-    from specgen.sampling import SamplingParams
+    from specgen.session import ModelOptions, open_models
+    from specgen.models.registry import cache_dir, resolve_model
+    from specgen.rules.sampling import SamplingParams
 
     tpath = resolve_model(None)
     if args.f32:

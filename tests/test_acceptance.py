@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from specgen.acceptance import accept_greedy, accept_point_mass, accept_sampled
-from specgen.sampling import sample
+from specgen.rules.acceptance import accept_greedy, accept_point_mass, accept_sampled
+from specgen.rules.sampling import sample
 
 VOCAB = 6
 DRAWS = 100_000

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specgen import bench as B
-from specgen.policy import expected_tokens_per_round
+from specgen.policy.base import expected_tokens_per_round
 
 from helpers import error_of
 
@@ -317,10 +317,10 @@ def test_sweep_policies_come_from_the_loader(monkeypatch, config, shares):
     """Each request's cost policy learns its own acceptance, as in a sequential run (and
     sees the shared step); only a global suffix index carries its statistics across a
     server's requests (one index and one estimate per server, not per sweep)."""
-    from specgen import policy as P
+    from specgen.policy import base as P, cost as C
 
     profiles = []
-    monkeypatch.setattr("specgen.costs.cost_profile",
+    monkeypatch.setattr("specgen.engine.costs.cost_profile",
                         lambda e: profiles.append(e) or {"verify_s": [0.0] + [0.01] * 32, "feed_s": 0.001})
     cfg = B.parse_config(config)
     policy = cfg.policy
@@ -330,7 +330,7 @@ def test_sweep_policies_come_from_the_loader(monkeypatch, config, shares):
     assert (server.gate is not None) == (policy == "cost")  # the cost policy's shared steps are gated, as in serve
     assert len(profiles) == (1 if policy == "cost" else 0)  # read before serving starts: measuring would use sequence 0
     a, b = server.new_policy(), server.new_policy()
-    assert a is not b and type(a) is {"cost": P.CostAware, "heuristic": P.Heuristic, "fixed": P.FixedK}[policy]
+    assert a is not b and type(a) is {"cost": C.CostAware, "heuristic": P.Heuristic, "fixed": P.FixedK}[policy]
     if policy == "cost":
         a.update(0, 4, 4)
         assert (a.stats is b.stats) == shares

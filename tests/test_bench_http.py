@@ -265,7 +265,7 @@ def test_ctrl_c_keeps_finished_records_and_resume_finishes(tmp_path):
 
 def test_load_levels_on_the_stub_and_their_report(stub, tmp_path, capsys):
     pytest.importorskip("plotly")
-    from specgen.report import load_records, build_report
+    from specgen.bench.report import load_records, build_report
 
     reqs = write_requests(tmp_path / "r.jsonl", {f"q{i}": f"prompt {i}" for i in range(6)})
     out, page = tmp_path / "rec.jsonl", tmp_path / "r.html"

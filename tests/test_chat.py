@@ -16,21 +16,11 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from specgen.chat import (
-    GEMMA_TEMPLATE,
-    ChatFormat,
-    ContextFull,
-    Conversation,
-    StopScanner,
-    choose_format,
-    encode,
-    message_text,
-    parse_command,
-    render,
-    reusable_prefix,
+from specgen.apps.chat import (
+    GEMMA_TEMPLATE, ChatFormat, ContextFull, Conversation, StopScanner, choose_format, encode, message_text, parse_command, render, reusable_prefix,
 )
 from specgen.cli import app
-from specgen.engine import common_prefix
+from specgen.engine.llama import common_prefix
 from specgen.errors import SpecgenError
 
 from helpers import ByteTok, start_specgen, specgen
@@ -271,7 +261,7 @@ def status_lines(stderr):
 @pytest.fixture
 def count_prefill(monkeypatch):
     """Record every Engine sync of one sequence: (engine, tokens, cached before, tokens actually decoded)."""
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
 
     decoded = Counter()
     calls = []
@@ -296,7 +286,7 @@ def count_prefill(monkeypatch):
 
 @pytest.mark.model
 def test_second_turn_prefills_only_its_new_tokens_target_and_draft(gemma_path, count_prefill):
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
 
     res = CliRunner().invoke(app, ["chat", *FAST, "-n", "6", "-d", str(gemma_path), "-k", "3"],
                              input="Hello there, I would like to hear about the history of the Roman empire.\nTell me more\n")
@@ -345,7 +335,7 @@ def test_slash_commands(count_prefill):
 
 @pytest.mark.model
 def test_ctrl_c_ends_the_reply_not_the_chat(monkeypatch):
-    from specgen.decoding import Generation
+    from specgen.decode.generation import Generation
 
     orig = Generation.__iter__
     seen = {"n": 0}
@@ -469,7 +459,8 @@ def test_chat_global_cache_drafts_a_later_turn_from_an_earlier_one(flag, monkeyp
     """After /reset the same question again: only with the global index on do its drafts come from turn 1."""
     import json
 
-    from specgen.suffix import KEY_GLOBAL, SuffixDrafter
+    from specgen.drafters.continuations import KEY_GLOBAL
+    from specgen.drafters.suffix import SuffixDrafter
 
     made, keys = [], []
     orig_init, orig_propose = SuffixDrafter.__init__, SuffixDrafter.propose_one

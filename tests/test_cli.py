@@ -120,14 +120,14 @@ def test_bad_inputs_one_line(tmp_path, gemma_path):
 def test_draft_that_cannot_encode_text_is_refused(tmp_path, gemma_path, monkeypatch):
     from ggufs import write_spm_gguf
 
-    import specgen.vocab
-    from specgen.loader import open_draft
+    import specgen.drafters.translated
+    from specgen.session import open_draft
 
     # A tokenizer that cannot reproduce text (a hand-made vocabulary without byte
     # tokens crashes llama.cpp's tokenizer, so the probe's verdict is stood in for).
-    monkeypatch.setattr(specgen.vocab, "translation_problem", lambda t, d: "the draft model's tokenizer cannot reproduce text")
+    monkeypatch.setattr(specgen.drafters.translated, "translation_problem", lambda t, d: "the draft model's tokenizer cannot reproduce text")
     tiny = write_spm_gguf(tmp_path / "tiny-spm.gguf")
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
     from specgen.errors import SpecgenError
 
     with Engine(gemma_path, vocab_only=True) as target, pytest.raises(SpecgenError) as err:
@@ -266,8 +266,8 @@ def test_models_lists_default_as_present():
     ({"draft_max": 4, "lookup": True}, True),  # unless lookup is asked for too (offers first, as llama.cpp)
 ])
 def test_a_draft_model_drafts_with_prompt_lookup_alongside_by_default(gemma_path, draft_path, flags, alongside):
-    from specgen.drafters import DraftModel, WithLookup
-    from specgen.loader import ModelOptions, open_models
+    from specgen.drafters.model import DraftModel, WithLookup
+    from specgen.session import ModelOptions, open_models
 
     loaded = open_models(ModelOptions(model=str(gemma_path), draft=str(draft_path), ctx_size=256, threads=1, **flags))
     try:
@@ -285,7 +285,7 @@ def test_a_draft_model_drafts_with_prompt_lookup_alongside_by_default(gemma_path
 
 @pytest.mark.parametrize("given, alone, alongside", [(None, 1, 2), (1, 1, 1), (3, 3, 3)])
 def test_lookup_shortest_match_is_two_beside_a_draft_model_unless_given(given, alone, alongside):
-    from specgen.loader import ModelOptions
+    from specgen.session import ModelOptions
 
     opts = ModelOptions(ngram_min=given)
     opts.validate()

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from fakes import FakeEngine, chain_table
-from specgen.costs import cost_profile, measure_verify
-from specgen.decoding import Generation
-from specgen.drafters import PromptLookup
-from specgen.policy import CostAware
+from specgen.engine.costs import cost_profile, measure_verify
+from specgen.decode.generation import Generation
+from specgen.drafters.lookup import PromptLookup
+from specgen.policy.cost import CostAware
 
 
 class TimedFake(FakeEngine):
@@ -69,7 +69,7 @@ def test_a_profile_taken_on_a_busy_machine_is_measured_again_once(model_file, tm
     (being busy now says nothing against it). Each file is checked once per process."""
     import json
 
-    from specgen import costs
+    from specgen.engine import costs
 
     cache = tmp_path / "costs"
     prof = cost_profile(TimedFake(model_file), cache=cache)
@@ -113,7 +113,7 @@ def clocked(monkeypatch):
     import time
     from types import SimpleNamespace
 
-    from specgen import costs
+    from specgen.engine import costs
 
     clock = [0.0]
     monkeypatch.setattr(costs, "time", SimpleNamespace(perf_counter=lambda: clock[0], time=time.time))
@@ -125,7 +125,7 @@ def _cache_profile(model_file, cache, clock, curve, feed=None):
     (index 0 unused; a function of rows), as if measured so; forget it was checked."""
     import json
 
-    from specgen import costs
+    from specgen.engine import costs
 
     prof = cost_profile(ClockedFake(model_file, quiet, clock), cache=cache)
     f = next(cache.glob("*.json"))
@@ -207,7 +207,7 @@ def test_a_profile_of_the_old_version_is_measured_again_keeping_only_what_it_mea
     low points (1-4, multiples of 4) are kept where lower (the retake was busier)."""
     import json
 
-    from specgen import costs
+    from specgen.engine import costs
 
     cache = tmp_path / "costs"
     cost_profile(ClockedFake(model_file, sawtooth, clocked), cache=cache)

@@ -20,11 +20,7 @@ from typing import ClassVar
 import huggingface_hub.constants as hf_constants
 import pytest
 
-from specgen.registry import (
-    ModelEntry,
-    is_present,
-    resolve_model,
-)
+from specgen.models.registry import ModelEntry, is_present, resolve_model
 
 from helpers import error_of
 from registry_helpers import COMMIT, isolated, tiny, write_toml  # noqa: F401 (fixtures)

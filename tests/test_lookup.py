@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specgen.drafters import PromptLookup, lookup_draft
+from specgen.drafters.lookup import PromptLookup, lookup_draft
 
 
 def test_copies_continuation_of_latest_match():
@@ -58,7 +58,7 @@ def test_begin_forgets_previous_context():
 def test_lookup_alongside_a_model_without_prefill_leaves_the_prompt_to_its_first_round():
     """A translated draft model reads the prompt on its first drafting round (no
     `prefill`); alongside lookup it must stay so, not fail."""
-    from specgen.drafters import WithLookup
+    from specgen.drafters.model import WithLookup
 
     class NoPrefill:
         name, engine, steps = "draft", None, 0

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from fakes import FakeEngine, chain_table
-from specgen.decoding import Generation
-from specgen.policy import FixedK
-from specgen.drafters import Draft, PerSequence
+from specgen.decode.generation import Generation
+from specgen.policy.base import FixedK
+from specgen.drafters.base import Draft, PerSequence
 from specgen.errors import SpecgenError
-from specgen.sampling import SamplingParams
+from specgen.rules.sampling import SamplingParams
 
 
 class ScriptedDrafter(PerSequence):
@@ -133,7 +133,7 @@ def test_interrupt_marks_stats():
 
 
 def test_stats_merge_adds_counters_and_per_position_tallies():
-    from specgen.decoding import Round, Stats
+    from specgen.decode.stats import Round, Stats
 
     a, b = Stats(), Stats()
     a.add(Round([1], 0, 0, 0.0, 0.1))
@@ -147,8 +147,8 @@ def test_stats_merge_adds_counters_and_per_position_tallies():
 
 
 def test_a_draft_model_reads_the_prompt_before_the_first_token_when_drafting_can_pay():
-    from specgen.drafters import DraftModel
-    from specgen.policy import CostAware
+    from specgen.drafters.model import DraftModel
+    from specgen.policy.cost import CostAware
 
     table = chain_table(50)
     prompt = [i % 50 for i in range(300)]
@@ -174,7 +174,7 @@ def test_a_draft_model_reads_the_prompt_before_the_first_token_when_drafting_can
 
 def test_an_offer_the_round_passes_over_is_judged_against_what_it_emitted():
     """The policy hears what a free offer it left unverified would have met."""
-    from specgen.policy import FixedK
+    from specgen.policy.base import FixedK
 
     class PlainRounds(FixedK):  # always passes the offer over
         def __init__(self):
@@ -205,7 +205,7 @@ def test_an_offer_the_round_passes_over_is_judged_against_what_it_emitted():
 
 def test_the_policy_reads_a_free_drafts_counts_cut_to_the_round():
     """A free drafter's per-token evidence (Draft.counts) reaches the policy with its offer."""
-    from specgen.policy import FixedK
+    from specgen.policy.base import FixedK
 
     class Recording(FixedK):
         def __init__(self):
@@ -300,7 +300,7 @@ def test_sampled_picks_of_the_target_never_build_a_dense_row(monkeypatch, drafte
     """Plain sampling and point-mass drafts only draw from the target's rows: they read
     the kept tokens (`support`), not a whole-vocabulary vector (a pass or two over
     262k entries per row at Gemma's vocabulary)."""
-    from specgen.sampling import Support
+    from specgen.rules.sampling import Support
 
     table = np.random.default_rng(0).normal(size=(12, 12)).astype(np.float32) * 2
     params = SamplingParams(temperature=0.8, seed=1)
@@ -322,8 +322,9 @@ def test_a_sampling_draft_model_draws_from_q_without_building_its_row_twice(monk
     """A same-vocabulary draft model keeps q (its processed row over the shared ids,
     zeros beyond) for rejection sampling, and draws its token by the inverse CDF of q
     with one uniform of its generator, from the kept tokens (no second dense row)."""
-    from specgen.drafters import DraftModel, Want
-    from specgen.sampling import Support, probs
+    from specgen.drafters.model import DraftModel
+    from specgen.drafters.base import Want
+    from specgen.rules.sampling import Support, probs
 
     table = np.random.default_rng(2).normal(size=(12, 12)).astype(np.float32) * 2
     params = SamplingParams(temperature=0.8, top_k=5, top_p=0.9, min_p=0.0)

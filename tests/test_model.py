@@ -15,9 +15,10 @@ import numpy as np
 from fakes import RowRecorder
 import pytest
 
-from specgen.decoding import Generation
-from specgen.drafters import DraftModel, PromptLookup
-from specgen.engine import Engine
+from specgen.decode.generation import Generation
+from specgen.drafters.model import DraftModel
+from specgen.drafters.lookup import PromptLookup
+from specgen.engine.llama import Engine
 
 pytestmark = pytest.mark.model
 
@@ -132,7 +133,7 @@ def test_draft_model_greedy_equals_plain(target, self_draft, q4_draft, which):
 
 
 def test_sampled_draft_run_is_reproducible_and_varies_with_seed(target, q4_draft):
-    from specgen.sampling import SamplingParams
+    from specgen.rules.sampling import SamplingParams
 
     prompt = target.tokenize(PROMPTS[2])
     outs = []
@@ -166,7 +167,7 @@ def test_default_policy_drafts_on_a_pair_where_drafting_pays(f32_path, draft_pat
     policy drafts in most rounds, books the draft's prompt prefill apart from its
     steps, and emits the plain greedy tokens. Its cost profiles are measured
     afresh, as on a new user's first run."""
-    from specgen.loader import make_policy
+    from specgen.session import make_policy
 
     monkeypatch.setenv("SPECGEN_CACHE", str(tmp_path))
     with Engine(f32_path, n_ctx=1024, n_threads=2) as target, Engine(draft_path, n_ctx=1024, n_threads=2) as draft:
@@ -202,8 +203,8 @@ def test_lookup_alongside_a_draft_model_keeps_greedy_output_and_the_drafts_cache
 
 
 def _alongside(target, draft, policy_name):
-    from specgen.drafters import WithLookup
-    from specgen.loader import make_policy
+    from specgen.drafters.model import WithLookup
+    from specgen.session import make_policy
 
     prompt = target.tokenize(PROMPTS[0])
     plain, top2 = plain_run(target, prompt, n=40)

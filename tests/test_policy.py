@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
-from specgen.drafters import Draft
-from specgen.policy import (CostAware, FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate,
-                            unused_offer_outcome, verify_cost, with_counts)
+from specgen.drafters.base import Draft
+from specgen.policy.cost import CostAware
+from specgen.policy.base import (
+    FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate, unused_offer_outcome, verify_cost, with_counts,
+)
 
 # A CPU-like verify curve: n rows cost 14 ms * (1 + 0.35 (n - 1))
 CPU = [0.0] + [0.014 * (1 + 0.35 * (n - 1)) for n in range(1, 33)]
@@ -156,8 +158,8 @@ def test_a_draft_that_cannot_pay_settles_at_zero_quickly_and_probes_rarely():
 
 def test_catch_up_is_part_of_a_probes_cost():
     p = CostAware(8, F32, F32_STEP, feed_s=0.002)
-    p._acc(0).reached[:] = [200.0] * 8
-    p._acc(0).accepted[:] = [180.0] * 8  # confident: α = 0.9
+    p.acceptance(0).reached[:] = [200.0] * 8
+    p.acceptance(0).accepted[:] = [180.0] * 8  # confident: α = 0.9
     assert p.choose(0, 8, Situation(lag=20, remaining=100)) > 0  # a short catch-up pays back
     # 3000 tokens to feed (6 s) for 20 tokens left: plain is faster
     assert p.choose(0, 8, Situation(lag=3000, remaining=20)) == 0
@@ -191,8 +193,8 @@ def test_cost_estimates_shrug_off_a_busy_machine():
 
 def test_a_policy_prefills_the_draft_only_where_drafting_can_pay_it_back():
     p = CostAware(8, F32, F32_STEP, feed_s=0.002)
-    p._acc(0).reached[:] = [200.0] * 8
-    p._acc(0).accepted[:] = [180.0] * 8
+    p.acceptance(0).reached[:] = [200.0] * 8
+    p.acceptance(0).accepted[:] = [180.0] * 8
     assert p.prefill_pays(500, 256)  # 1 s of prefill against 256 tokens at ~1.5x
     assert not p.prefill_pays(5000, 32)  # 10 s of prefill for 32 tokens
     assert not CostAware(8, CPU, 0.014, feed_s=0.002).prefill_pays(10, 1000)  # a draft that cannot pay
@@ -223,8 +225,8 @@ def test_sampling_work_on_the_host_counts_as_cost():
     greedily (cheap rows, picks free) can stop paying once every drafted token
     and every verified row costs a pick."""
     p = CostAware(8, F32, F32_STEP)
-    p._acc(0).reached[:] = [500.0] * 8
-    p._acc(0).accepted[:] = [300.0] * 8  # α = 0.6: a sampled pair's acceptance
+    p.acceptance(0).reached[:] = [500.0] * 8
+    p.acceptance(0).accepted[:] = [300.0] * 8  # α = 0.6: a sampled pair's acceptance
     p.rng = np.random.default_rng(0)
     assert p.choose(0, 8) > 0
     p.sampling(0.010, draft_picks=True)
@@ -297,10 +299,10 @@ def test_an_offer_passed_over_teaches_its_key_for_free():
     p = hybrid()
     teach(p, 0, 4, 4, 10)  # the model: everything accepted
     teach(p, 4, 4, 0, 1)  # lookup's 4-gram matches: one unlucky round
-    before = p._acc(4).rates(1)[0]
+    before = p.acceptance(4).rates(1)[0]
     for _ in range(10):
         p.observe(4, 4, 4)  # its offers matched what the model's rounds emitted
-    assert p._acc(4).rates(1)[0] > before + 0.2
+    assert p.acceptance(4).rates(1)[0] > before + 0.2
     takes = 0
     for _ in range(20):
         k, take = p.choose_offer(4, 16, 8, Situation(lag=1))
@@ -473,8 +475,8 @@ def test_a_probe_is_short():
     tries the shortest draft it favours, never a long one."""
     p = CostAware(8, F32_TARGET, SMOL_STEP, idle_decay=1.0)
     p.round_scale = (F32_TARGET[2] + SMOL_STEP + SMOL_FEED + TRANSLATE_S) / (F32_TARGET[2] + SMOL_STEP)
-    p._acc(0).reached[:] = [4.0]
-    p._acc(0).accepted[:] = [1.4]  # α = 0.35 at the first position; later ones unseen
+    p.acceptance(0).reached[:] = [4.0]
+    p.acceptance(0).accepted[:] = [1.4]  # α = 0.35 at the first position; later ones unseen
     ks = [p.choose(0, 8) for _ in range(400)]
     assert ks.count(0) >= 250 and ks.count(1) > 0 and max(ks) <= 2
 
@@ -486,8 +488,8 @@ def test_a_first_catch_up_is_paid_back_over_the_generation_a_faded_one_is_not():
     fresh = CostAware(8, F32, F32_STEP, feed_s=0.002)
     assert fresh.choose(0, 8, Situation(lag=150, remaining=200)) > 0
     faded = CostAware(8, F32, F32_STEP, feed_s=0.002)
-    faded._acc(0).reached[:] = [0.5] * 8
-    faded._acc(0).accepted[:] = [0.3] * 8
+    faded.acceptance(0).reached[:] = [0.5] * 8
+    faded.acceptance(0).accepted[:] = [0.3] * 8
     assert faded.choose(0, 8, Situation(lag=150, remaining=200)) == 0
     assert faded.choose(0, 8, Situation(lag=2, remaining=200)) > 0  # no catch-up: it drafts
 
@@ -515,8 +517,8 @@ def test_past_a_drafting_best_a_draw_explores_only_the_next_positions():
     a long draft costs most when the draw was wrong. The same with prompt
     lookup alongside, for the model's drafts."""
     p = CostAware(8, F32_TARGET, SMOL_STEP, idle_decay=1.0)
-    p._acc(0).reached[:] = [10.0]
-    p._acc(0).accepted[:] = [7.0]  # α = 0.68 at the first position; later ones unseen
+    p.acceptance(0).reached[:] = [10.0]
+    p.acceptance(0).accepted[:] = [7.0]  # α = 0.68 at the first position; later ones unseen
     ks = [p.choose(0, 8, Situation(lag=1)) for _ in range(400)]
     assert set(ks) == {3, 4}, sorted(set(ks))
     teach(p, 2, 4, 0, 10)  # lookup's 2-gram matches: always rejected at once, so the model drafts
@@ -608,7 +610,7 @@ def test_a_low_top_probability_keeps_a_point_mass_model_from_drafting_where_the_
         p = sampling_policy()
         p.top_prior = scaled
         p.target_top(0.4)
-        ks[scaled] = p.rates(p._acc(0).rates(8))
+        ks[scaled] = p.rates(p.acceptance(0).rates(8))
     assert max(range(9), key=ks[False].__getitem__) >= 1
     assert max(range(9), key=ks[True].__getitem__) == 0
 
@@ -628,7 +630,7 @@ def test_the_top_probability_leaves_lookup_keys_a_sampling_draft_model_and_a_swi
 
 
 def test_a_shared_step_brought_to_whole_blocks_is_priced_between_them_not_on_the_sawtooth():
-    from specgen.policy import Situation, shaped_cost, step_rate
+    from specgen.policy.base import Situation, shaped_cost, step_rate
     # a CPU curve of period 4: 4 rows 33 ms, 5 rows 52 ms, 8 rows 54 ms
     curve = [0.0, 0.020, 0.027, 0.032, 0.033, 0.052, 0.057, 0.062, 0.054]
     assert shaped_cost(curve, 5, 4) == pytest.approx(0.033 + (0.054 - 0.033) / 4)

@@ -15,7 +15,7 @@ import pytest
 
 from fakes import FakeEngine, chain_table
 from test_serving import MultiFakeEngine, WrongAfter, sequential
-from specgen.serving import Job, Server
+from specgen.serve.scheduler import Job, Server
 
 
 def _one(server: Server, job: Job):
@@ -174,7 +174,7 @@ def test_the_cache_off_prefills_every_prompt_and_frees_the_slot():
 
 
 def test_a_slot_cache_saved_to_the_store_is_loaded_back_for_its_prompt():
-    from specgen.promptstore import PromptStore
+    from specgen.serve.promptstore import PromptStore
 
     eng = MultiFakeEngine(chain_table(50), n_ctx=512)
     store = PromptStore(1 << 20)
@@ -196,7 +196,7 @@ def test_a_slot_cache_saved_to_the_store_is_loaded_back_for_its_prompt():
 
 
 def test_the_store_keeps_its_byte_budget_and_the_longest_states():
-    from specgen.promptstore import PromptStore
+    from specgen.serve.promptstore import PromptStore
 
     store = PromptStore(100)
     store.put(list(range(40)), b"x" * 40)
@@ -213,7 +213,7 @@ def test_the_store_keeps_its_byte_budget_and_the_longest_states():
 def test_drafters_stay_exact_on_a_reused_slot():
     """Prompt lookup re-indexes each generation; a draft model's cache of the slot
     keeps only the prefix that agrees with the new prompt."""
-    from specgen.drafters import DraftModel
+    from specgen.drafters.model import DraftModel
 
     eng = MultiFakeEngine(chain_table(50))
     server = Server(eng, 1, draft_max=3, drafter=WrongAfter(50, good=2))
@@ -238,8 +238,8 @@ def test_drafters_stay_exact_on_a_reused_slot():
 
 
 def Generation_run(target_table, draft_table, prompt):
-    from specgen.decoding import Generation
-    from specgen.drafters import DraftModel
+    from specgen.decode.generation import Generation
+    from specgen.drafters.model import DraftModel
 
     gen = Generation(FakeEngine(target_table), prompt, DraftModel(FakeEngine(draft_table), 40, 40), draft_max=3,
                      max_tokens=10)
@@ -309,7 +309,7 @@ def test_a_repeated_prompt_is_served_from_the_cache_with_the_same_output(srv, cl
 
 @pytest.mark.model
 def test_a_multi_turn_chat_reuses_the_history_and_keeps_the_output(srv, client, target):
-    from specgen.chat import encode, format_for, render
+    from specgen.apps.chat import encode, format_for, render
 
     messages = [{"role": "user", "content": "Name three rivers of Europe."}]
     r1 = client.chat.completions.create(model=srv.model, messages=messages, max_tokens=N, temperature=0)
@@ -407,7 +407,7 @@ def test_serve_has_the_prompt_cache_switch():
 
 @pytest.mark.model
 def test_a_copied_prefix_reads_as_its_prefill_and_outlives_its_source(gemma_path):
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
     from test_model import TIE_MARGIN
 
     with Engine(gemma_path, n_ctx=512, n_threads=2, n_seq_max=2, kv_unified=True) as eng:

@@ -15,17 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from specgen import registry
+from specgen.models import registry
 from specgen.errors import SpecgenError
-from specgen.registry import (
-    DEFAULT_MODEL,
-    ModelEntry,
-    check_gguf,
-    is_present,
-    load_catalog,
-    pull,
-    resolve_model,
-    resolve_pair,
+from specgen.models.registry import (
+    DEFAULT_MODEL, ModelEntry, check_gguf, is_present, load_catalog, pull, resolve_model, resolve_pair,
 )
 
 from helpers import error_of

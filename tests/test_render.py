@@ -8,7 +8,7 @@ import pytest
 
 from specgen.cli import options, render
 from specgen.cli.tune import predicted_rates
-from specgen.policy import expected_tokens_per_round
+from specgen.policy.base import expected_tokens_per_round
 
 
 def a_round(tokens, drafted, accepted):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from specgen.errors import SpecgenError
-from specgen.report import _dumbbell, _pooled_positions, build_report, config_names, load_records, write_report
+from specgen.bench.report import _dumbbell, _pooled_positions, build_report, config_names, load_records, write_report
 
 DATA = Path(__file__).parent / "data"
 SEQUENTIAL = DATA / "bench-records.jsonl"

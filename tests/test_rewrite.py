@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specgen import rewrite as rw
-from specgen.chat import choose_format
+from specgen.apps import rewrite as rw
+from specgen.apps.chat import choose_format
 from specgen.cli import app, main
 
 from helpers import ByteTok, error_of, specgen, specgen_env, start_specgen
@@ -171,7 +171,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_debris(tmp_path, monkeypatch)
 KILL_CHILD = """
 import sys
 from pathlib import Path
-from specgen.rewrite import atomic_write
+from specgen.apps.rewrite import atomic_write
 p = Path(sys.argv[1])
 versions = [b"A" * 3_000_000 + b"\\n", b"B" * 5_000_000 + b"\\n"]
 print("ready", flush=True)

@@ -21,11 +21,11 @@ import pytest
 from typer.testing import CliRunner
 
 from specgen.cli import app
-from specgen.decoding import Generation
-from specgen.drafters import PromptLookup
-from specgen.engine import Engine
-from specgen.sampling import SamplingParams, probs
-from specgen.translate import TranslatedDraftModel
+from specgen.decode.generation import Generation
+from specgen.drafters.lookup import PromptLookup
+from specgen.engine.llama import Engine
+from specgen.rules.sampling import SamplingParams, probs
+from specgen.drafters.translated import TranslatedDraftModel
 from test_model import PROMPTS
 
 pytestmark = pytest.mark.model

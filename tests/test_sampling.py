@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specgen.errors import SpecgenError
-from specgen.sampling import SamplingParams, Support, probs, sample, support
+from specgen.rules.sampling import SamplingParams, Support, probs, sample, support
 
 
 def softmax(x):

@@ -24,7 +24,7 @@ import pytest
 
 from fakes import FakeEngine, chain_table
 from test_serving import MultiFakeEngine, WrongAfter, sequential
-from specgen.serving import Job, Server
+from specgen.serve.scheduler import Job, Server
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "test-key"
@@ -102,8 +102,8 @@ def _events(loop, reqs, before_wait=None):
     """Submit requests to an EngineLoop from an event loop; each one's events up to its end."""
     import asyncio
 
-    from specgen.server.loop import Request
-    from specgen.server.schema import Spec
+    from specgen.serve.http.loop import Request
+    from specgen.serve.http.schema import Spec
 
     async def main():
         made = []
@@ -128,7 +128,7 @@ def _events(loop, reqs, before_wait=None):
 
 
 def _engine_loop(eng, slots=1, queue=4):
-    from specgen.server.loop import EngineLoop
+    from specgen.serve.http.loop import EngineLoop
 
     el = EngineLoop(lambda: Server(eng, slots), eng, parallel=slots, queue_max=queue)
     el.start()
@@ -173,8 +173,8 @@ def test_engine_failure_fails_the_running_request_and_the_next_one_is_served():
 
 
 def test_engine_loop_refuses_a_full_queue_and_close_cancels_what_is_left():
-    from specgen.server.loop import QueueFull
-    from specgen.server.schema import ApiError
+    from specgen.serve.http.loop import QueueFull
+    from specgen.serve.http.schema import ApiError
 
     eng = MultiFakeEngine(chain_table(50), n_ctx=100_000, n_batch=64)
     el = _engine_loop(eng, slots=1, queue=1)
@@ -184,8 +184,8 @@ def test_engine_loop_refuses_a_full_queue_and_close_cancels_what_is_left():
     def third_then_close():
         import asyncio
 
-        from specgen.server.loop import Request
-        from specgen.server.schema import Spec
+        from specgen.serve.http.loop import Request
+        from specgen.serve.http.schema import Spec
 
         r = Request(Job("r2", [1], max_tokens=5), [], Spec("plain", 0, "fixed"), asyncio.get_event_loop())
         with pytest.raises(QueueFull) as e:
@@ -216,8 +216,8 @@ def _closed_loop_client(el, first: list[Job], then: Job):
     """Submit `first`; when the first of them ends, submit `then` at once (a closed-loop client)."""
     import asyncio
 
-    from specgen.server.loop import Request
-    from specgen.server.schema import Spec
+    from specgen.serve.http.loop import Request
+    from specgen.serve.http.schema import Spec
 
     async def wait_end(r):
         while (ev := await asyncio.wait_for(r.events.get(), 10))[0] not in ("done", "error"):
@@ -240,7 +240,7 @@ def _closed_loop_client(el, first: list[Job], then: Job):
 def test_engine_loop_waits_for_a_client_that_comes_back_after_its_request_ends(monkeypatch):
     """A request ends; its client sends the next at once. The engine waits for it
     (up to LINGER_S) instead of running the next step a sequence short."""
-    import specgen.server.loop as L
+    import specgen.serve.http.loop as L
 
     monkeypatch.setattr(L, "LINGER_S", 1.0, raising=False)  # far above the client's turnaround: the test cannot race
     eng = SlowFakeEngine(chain_table(50), n_batch=64)
@@ -258,7 +258,7 @@ def test_engine_loop_waits_for_a_client_that_comes_back_after_its_request_ends(m
 
 
 def test_engine_loop_does_not_wait_while_requests_queue_or_when_no_one_comes_back(monkeypatch):
-    import specgen.server.loop as L
+    import specgen.serve.http.loop as L
 
     monkeypatch.setattr(L, "LINGER_S", 0.05, raising=False)
     eng = SlowFakeEngine(chain_table(50), n_batch=64)
@@ -281,7 +281,7 @@ def test_engine_loop_does_not_wait_while_requests_queue_or_when_no_one_comes_bac
 
 
 def _parse_error(body, kind="chat"):
-    from specgen.server import schema as S
+    from specgen.serve.http import schema as S
 
     d = S.Defaults(mode="lookup", draft_max=4, policy="fixed")
     with pytest.raises(S.ApiError) as e:
@@ -323,7 +323,7 @@ def test_bad_completion_prompts(body):
 
 
 def test_speculative_overrides():
-    from specgen.server import schema as S
+    from specgen.serve.http import schema as S
 
     d = S.Defaults(mode="lookup", draft_max=4, policy="fixed")
     msg = {"messages": [{"role": "user", "content": "x"}]}
@@ -340,13 +340,13 @@ class Running:
     """The app served by uvicorn in a thread on a free loopback port."""
 
     def __init__(self, gemma_path, *, parallel=4, queue=0, adaptive="fixed", prompt_cache=True) -> None:
-        from specgen.chat import format_for
-        from specgen.loader import ModelOptions
-        from specgen.sampling import SamplingParams
-        from specgen.server.app import AppConfig, create_app, http_server, listen
-        from specgen.server.loop import EngineLoop
-        from specgen.server.schema import Defaults
-        from specgen.server.setup import open_serving
+        from specgen.apps.chat import format_for
+        from specgen.session import ModelOptions
+        from specgen.rules.sampling import SamplingParams
+        from specgen.serve.http.app import AppConfig, create_app, http_server, listen
+        from specgen.serve.http.loop import EngineLoop
+        from specgen.serve.http.schema import Defaults
+        from specgen.serve.setup import open_serving
 
         opts = ModelOptions(model=str(gemma_path), draft_max=4, ctx_size=2048, threads=2, adaptive=adaptive)
         self.serving = open_serving(opts, parallel, prompt_cache=prompt_cache)
@@ -765,8 +765,8 @@ def test_each_request_learns_its_own_acceptance_unless_its_drafter_spans_request
     """A served request's cost policy starts from the prior, as `specgen bench` does (a
     shared estimate left c=1 serving 7-13 % behind it); a suffix drafter with its global
     index carries its acceptance statistics across requests, as its index."""
-    from specgen.loader import ModelOptions
-    from specgen.server.setup import open_serving
+    from specgen.session import ModelOptions
+    from specgen.serve.setup import open_serving
 
     opts = ModelOptions(model=str(gemma_path), draft_max=4, ctx_size=512, threads=1, adaptive="cost",
                         drafter=drafter, global_cache=drafter is not None)

@@ -12,12 +12,14 @@ import pytest
 from fakes import FakeEngine, chain_table
 from test_model import PROMPTS, assert_equal_or_near_tie, plain_run
 from specgen import bench as B
-from specgen.decoding import Generation
-from specgen.drafters import Draft, PerSequence, PromptLookup
+from specgen.decode.generation import Generation
+from specgen.drafters.base import Draft, PerSequence
+from specgen.drafters.lookup import PromptLookup
 from specgen.errors import SpecgenError
-from specgen.sampling import SamplingParams
-from specgen.policy import CostAware, Situation
-from specgen.serving import Job, Server, max_concurrency, need_tokens
+from specgen.rules.sampling import SamplingParams
+from specgen.policy.cost import CostAware
+from specgen.policy.base import Situation
+from specgen.serve.scheduler import Job, Server, max_concurrency, need_tokens
 
 
 class MultiFakeEngine(FakeEngine):
@@ -197,8 +199,8 @@ def test_a_seeded_sampled_request_has_plain_text_with_or_without_lookup():
 def test_batched_draft_model_equals_the_sequential_draft_model(temperature, monkeypatch):
     """Same tokens, drafts and acceptance as DraftModel run one request at a time (each rng its own;
     steps left as planned: shaping them to whole row blocks changes draft lengths, test_serving_rows)."""
-    monkeypatch.setattr("specgen.serving.ROW_GROUP", 1)
-    from specgen.drafters import DraftModel
+    monkeypatch.setattr("specgen.serve.scheduler.ROW_GROUP", 1)
+    from specgen.drafters.model import DraftModel
 
     rng = np.random.default_rng(1)
     target_table = rng.normal(size=(40, 40)).astype(np.float32) * 2
@@ -227,8 +229,8 @@ def test_batch_aware_policy_stops_drafting_on_a_saturated_step():
     def mean_choice(curve, others):  # the estimate-best k: confident estimates (many rounds seen)
         p = CostAware(8, curve, prior=0.8)
         p.update(0, 8, 6)
-        p._acc(0).reached[:] = [1000.0] * 8
-        p._acc(0).accepted[:] = [800.0] * 8
+        p.acceptance(0).reached[:] = [1000.0] * 8
+        p.acceptance(0).accepted[:] = [800.0] * 8
         return p.choose(0, 8, Situation(others_rows=others, others_tokens=others))
 
     for curve, others, expect_draft in ((flat, 0, True), (flat, 7, True), (linear, 0, False), (linear, 7, False)):
@@ -245,7 +247,7 @@ N_REAL = 16
 
 @pytest.fixture(scope="module")
 def shared(gemma_path):
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
 
     with Engine(gemma_path, n_ctx=1024, n_threads=2, n_seq_max=3, kv_unified=True) as e:
         yield e
@@ -277,8 +279,8 @@ def test_three_requests_at_concurrency_3_match_sequential_greedy(shared, sequent
 
 @pytest.mark.model
 def test_batched_draft_model_at_concurrency_3_matches_sequential_greedy(gemma_path, shared, sequential_runs):
-    from specgen.engine import Engine
-    from specgen.drafters import DraftModel
+    from specgen.engine.llama import Engine
+    from specgen.drafters.model import DraftModel
 
     with Engine(gemma_path, n_ctx=1024, n_threads=2, n_seq_max=3, kv_unified=True) as draft:
         batched = DraftModel(draft, draft.n_vocab, shared.n_vocab)

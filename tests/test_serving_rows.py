@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 from fakes import FakeEngine, chain_table
 from test_serving import MultiFakeEngine, WrongAfter, sequential
-from specgen import serving
-from specgen.decoding import fit_rows
-from specgen.drafters import Draft
-from specgen.policy import MODEL_KEY
-from specgen.serving import Job, Server
+from specgen.serve import scheduler as serving
+from specgen.decode.generation import fit_rows
+from specgen.drafters.base import Draft
+from specgen.policy.base import MODEL_KEY
+from specgen.serve.scheduler import Job, Server
 
 
 class Marginal:
@@ -122,7 +122,7 @@ def test_a_plain_shared_step_of_three_fills_its_block_from_free_offers():
 
 
 def test_a_prompt_tail_beside_drafting_sequences_ends_the_step_on_a_whole_block():
-    from specgen.stepgate import StepGate
+    from specgen.policy.stepgate import StepGate
 
     eng = MultiFakeEngine(chain_table(50), n_ctx=1024, n_batch=64)
     server = Server(eng, 4, draft_max=3, drafter=WrongAfter(50, good=8), gate=StepGate(seed=0))

@@ -14,8 +14,8 @@ import pytest
 
 from fakes import chain_table
 from test_serving import MultiFakeEngine, WrongAfter, sequential
-from specgen.serving import Job, Server
-from specgen.stepgate import Tally, StepGate, bucket
+from specgen.serve.scheduler import Job, Server
+from specgen.policy.stepgate import Tally, StepGate, bucket
 
 
 def simulate(gate: StepGate, steps: int, sequences: int, draft: tuple[float, float], plain: tuple[float, float],
@@ -103,7 +103,7 @@ def test_the_server_stops_drafting_shared_steps_only_where_rows_cost(monkeypatch
     """Four requests whose drafts are half wrong: on a machine where each row costs
     the same (every extra row a full step's cost) the gate turns shared steps plain;
     where rows are nearly free it keeps drafting. Outputs stay the sequential ones."""
-    import specgen.serving as serving
+    import specgen.serve.scheduler as serving
 
     clock = [0.0]
     monkeypatch.setattr(serving, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
@@ -137,7 +137,7 @@ def test_steps_that_prefill_draft_first_and_the_chunk_takes_the_rest(monkeypatch
     step without the prompt) and the chunk fills the step up to
     SHARED_STEP_ROWS, so the prompt never starves; with PREFILL_DRAFTS off those
     steps are plain. Without a gate the policies draft there too."""
-    import specgen.serving as serving
+    import specgen.serve.scheduler as serving
 
     clock = [0.0]
     monkeypatch.setattr(serving, "time", SimpleNamespace(perf_counter=lambda: clock[0]))

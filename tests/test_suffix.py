@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from specgen.drafters import lookup_draft
-from specgen.suffix import (
-    FREQUENT, KEY_AGREED, KEY_GLOBAL, KEY_SINGLE, KEY_SPLIT, LATEST, GlobalIndex, key_bucket, SuffixAutomaton, SuffixDrafter, match_bucket, suffix_draft,
-)
+from specgen.drafters.lookup import lookup_draft
+from specgen.drafters.automaton import FREQUENT, LATEST, SuffixAutomaton
+from specgen.drafters.continuations import KEY_AGREED, KEY_GLOBAL, KEY_SINGLE, KEY_SPLIT, key_bucket, match_bucket
+from specgen.drafters.suffix import GlobalIndex, SuffixDrafter, suffix_draft
 
 
 def _random_stream(rng, n, alphabet):
@@ -238,7 +238,7 @@ COPY = "Rename the function add to plus:\n\ndef add(a, b):\n    return a + b\n\n
 
 
 def _greedy(target, prompt, drafter=None, k=0, n=40):
-    from specgen.decoding import Generation
+    from specgen.decode.generation import Generation
 
     gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True)
     for _ in gen:
@@ -279,7 +279,7 @@ def test_run_suffix_json(gemma_path):
 
 def test_open_models_refuses_suffix_with_lookup():
     from specgen.errors import SpecgenError
-    from specgen.loader import ModelOptions
+    from specgen.session import ModelOptions
 
     with pytest.raises(SpecgenError, match="--lookup, --suffix"):
         ModelOptions(lookup=True, drafter="suffix").validate()
@@ -288,7 +288,7 @@ def test_open_models_refuses_suffix_with_lookup():
 
 
 def test_loader_builds_the_suffix_drafter():
-    from specgen.loader import ModelOptions, make_suffix_drafter
+    from specgen.session import ModelOptions, make_suffix_drafter
 
     d = make_suffix_drafter(ModelOptions(drafter="suffix", global_cache=True, suffix_choice=FREQUENT))
     assert isinstance(d, SuffixDrafter) and d.global_index is not None and d.choice == FREQUENT
@@ -300,7 +300,7 @@ def test_a_finished_generation_is_remembered_with_its_final_round(max_tokens):
     # chain model: 0 1 2 … 9 0 1 …; the prompt repeats so the drafter drafts and the
     # last round settles several tokens the drafter never saw in a proposal
     from fakes import FakeEngine, chain_table
-    from specgen.decoding import Generation
+    from specgen.decode.generation import Generation
 
     d = SuffixDrafter(global_cache=True)
     prompt = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
@@ -368,7 +368,7 @@ def test_a_draft_ends_before_a_varying_field():
 
 
 def test_global_drafts_only_where_it_knows_more_than_the_request():
-    from specgen.continuations import global_drafts
+    from specgen.drafters.continuations import global_drafts
 
     assert global_drafts(2, 6, False, min_global_match=4)  # longer, fixed text: the form
     assert not global_drafts(6, 6, False, min_global_match=4)  # a tie: the request's own
@@ -403,7 +403,7 @@ def test_a_varying_field_is_drafted_from_the_request_itself():
 def _counts_by_scan(pattern, draft, docs):
     """path_counts by counting occurrences: at step i, (how often pattern + draft[:i + 1]
     occurred, how often pattern + draft[:i] occurred and went on); none past a step never seen."""
-    from specgen.suffix import _ends
+    from specgen.drafters.suffix import _ends
 
     out = []
     for i in range(len(draft)):

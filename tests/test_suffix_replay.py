@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specgen.policy import CostAware
-from specgen.suffix import SuffixDrafter
+from specgen.policy.cost import CostAware
+from specgen.drafters.suffix import SuffixDrafter
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,17 +7,11 @@ import numpy as np
 import pytest
 
 from faketok import TokEngine, WordTok, text_table
-from specgen.decoding import Generation
-from specgen.drafters import Want
-from specgen.sampling import SamplingParams
-from specgen.translate import (
-    Stream,
-    TranslatedDraftModel,
-    continue_tokens,
-    proposal_text,
-    to_target,
-    translatable,
-    valid_utf8_prefix,
+from specgen.decode.generation import Generation
+from specgen.drafters.base import Want
+from specgen.rules.sampling import SamplingParams
+from specgen.drafters.translated import (
+    Stream, TranslatedDraftModel, continue_tokens, proposal_text, to_target, translatable, valid_utf8_prefix,
 )
 
 WORDS_T = ["Hello", " world", " wor", "lo", "He", " the", " cat", " sat", " on", " mat", "ll", " ", "  ", "\n",
@@ -331,8 +325,8 @@ def test_lag_counts_what_the_drafts_cache_lost():
 def test_sampled_translated_drafts_cost_no_sampled_pick():
     """A translated draft proposes its argmax whatever the sampling: a cost policy
     charges the target's sampled picks, not one per drafted token."""
-    from specgen.drafters import DraftModel
-    from specgen.policy import CostAware
+    from specgen.drafters.model import DraftModel
+    from specgen.policy.cost import CostAware
 
     target, draft = engines()
     prompt = target.tokenize(CYCLE + "Hello")

@@ -7,10 +7,10 @@ reach the target as point masses.
 
 import pytest
 
-from specgen.decoding import Generation
-from specgen.engine import Engine
-from specgen.sampling import SamplingParams
-from specgen.translate import Stream, TranslatedDraftModel, continue_tokens, to_target, valid_utf8_prefix
+from specgen.decode.generation import Generation
+from specgen.engine.llama import Engine
+from specgen.rules.sampling import SamplingParams
+from specgen.drafters.translated import Stream, TranslatedDraftModel, continue_tokens, to_target, valid_utf8_prefix
 from test_model import PROMPTS, assert_equal_or_near_tie, plain_run
 
 pytestmark = pytest.mark.model

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from specgen.suffix import SuffixAutomaton, SuffixDrafter, branch_tree
-from specgen.trees import DraftTree, accept_tree_greedy, accept_tree_sampled, chain, size_tree
+from specgen.drafters.automaton import SuffixAutomaton
+from specgen.drafters.suffix import SuffixDrafter, branch_tree
+from specgen.drafters.trees import DraftTree, accept_tree_greedy, accept_tree_sampled, chain, size_tree
 
 VOCAB = 5
 DRAWS = 60_000
@@ -25,7 +26,7 @@ def test_greedy_follows_the_branch_the_target_takes():
 
 
 def test_greedy_on_a_chain_is_the_single_draft_rule():
-    from specgen.acceptance import accept_greedy
+    from specgen.rules.acceptance import accept_greedy
 
     rng = np.random.default_rng(1)
     for _ in range(200):
@@ -82,7 +83,7 @@ def test_sampled_tree_follows_the_targets_own_draws(seed):
     """One uniform per emitted token, as plain sampling draws it (`sample`): the
     emitted tokens are what plain sampling would emit along them, and only they
     are drawn."""
-    from specgen.sampling import sample
+    from specgen.rules.sampling import sample
 
     p = _dists(seed)
     drawn = []
@@ -152,7 +153,7 @@ def test_branch_tree_from_the_suffix_index():
 
 @pytest.fixture(scope="module")
 def unified(gemma_path):
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
 
     with Engine(gemma_path, n_ctx=1024, n_threads=2, n_seq_max=4, kv_unified=True) as e:
         yield e
@@ -213,8 +214,8 @@ def test_keep_path_leaves_the_accepted_branch_cached(unified):
 
 @pytest.mark.model
 def test_tree_greedy_equals_plain(unified):
-    from specgen.policy import CostAware
-    from specgen.treedecode import TreeGeneration
+    from specgen.policy.cost import CostAware
+    from specgen.decode.tree import TreeGeneration
     from test_model import PROMPTS, assert_equal_or_near_tie, plain_run
 
     e = unified
@@ -235,9 +236,9 @@ def test_tree_greedy_equals_plain(unified):
 
 @pytest.mark.model
 def test_tree_sampled_runs_and_keeps_the_cache_consistent(unified):
-    from specgen.policy import CostAware
-    from specgen.sampling import SamplingParams
-    from specgen.treedecode import TreeGeneration
+    from specgen.policy.cost import CostAware
+    from specgen.rules.sampling import SamplingParams
+    from specgen.decode.tree import TreeGeneration
     from test_model import PROMPTS
 
     e = unified
@@ -256,7 +257,7 @@ def test_tree_sampled_runs_and_keeps_the_cache_consistent(unified):
 
 def test_tree_generation_refuses_a_split_cache():
     from specgen.errors import SpecgenError
-    from specgen.treedecode import TreeGeneration
+    from specgen.decode.tree import TreeGeneration
 
     class Split:
         n_ctx, n_seq_max, kv_unified = 512, 1, False
@@ -272,7 +273,7 @@ def test_tree_generation_refuses_a_split_cache():
 ])
 def test_tree_width_bad_options(kw, message):
     from specgen.errors import SpecgenError
-    from specgen.loader import ModelOptions
+    from specgen.session import ModelOptions
 
     with pytest.raises(SpecgenError, match=message):
         ModelOptions(**kw).validate()
@@ -284,9 +285,9 @@ def test_the_tree_loop_judges_an_offer_it_passes_over_as_the_chain_loop_does():
     met (`Policy.observe`), as in `plan_step`; without it, a tree run that never branches
     learned less than the chain run it equals and replayed 2 % slower on the agent workload."""
     from fakes import FakeEngine, chain_table
-    from specgen.drafters import PerSequence
-    from specgen.policy import FixedK
-    from specgen.treedecode import TreeGeneration
+    from specgen.drafters.base import PerSequence
+    from specgen.policy.base import FixedK
+    from specgen.decode.tree import TreeGeneration
 
     class PlainRounds(FixedK):  # always passes the offer over
         def __init__(self):

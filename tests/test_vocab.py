@@ -18,15 +18,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ggufs import copy_vocab_gguf, spm_vocab, write_spm_gguf
 
-from specgen.engine import VocabInfo
+from specgen.engine.llama import VocabInfo
 from specgen.errors import SpecgenError
-from specgen.vocab import (
-    PROBE_TEXT,
-    VocabReport,
-    compare,
-    n_shared,
-    require_compatible,
-)
+from specgen.models.vocab import PROBE_TEXT, VocabReport, compare, n_shared, require_compatible
 
 CONTROL, NORMAL, USER_DEFINED = 8, 4, 16
 
@@ -268,7 +262,7 @@ def test_probe_text_covers_the_hard_cases():
 @pytest.fixture(scope="session")
 def vocab_gemma_path(tmp_path_factory) -> Path:
     try:
-        from specgen.registry import resolve_model
+        from specgen.models.registry import resolve_model
 
         return resolve_model(None)
     except (ImportError, SpecgenError):  # no registry yet, or it cannot resolve: assemble here
@@ -281,7 +275,7 @@ def vocab_gemma_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def engines():
     """Open vocab-only engines, closed at the end of the session."""
-    from specgen.engine import Engine
+    from specgen.engine.llama import Engine
 
     opened = []
 

@@ -2,7 +2,7 @@
 
 The logic only; the command and all rendering live in the CLI.
 requests: the request file · configs: `--config` · models: loading (through
-specgen.loader) · runner: the sequential bench · sweep: the concurrency sweep ·
+specgen.session) · runner: the sequential bench · sweep: the concurrency sweep ·
 http, load: `--endpoint` (OpenAI-compatible servers over HTTP, load shapes) ·
 records: record building, the record file, CSV · stats: every summary number.
 """

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from specgen.drafters import NGRAM_MAX
+from specgen.drafters.lookup import NGRAM_MAX
 from specgen.errors import SpecgenError
-from specgen.loader import ADAPTIVE_K_MAX, DEFAULT_DRAFT_MAX, POLICIES
+from specgen.session import ADAPTIVE_K_MAX, DEFAULT_DRAFT_MAX, POLICIES
 
 DEFAULT_CONFIGS = ("lookup:k=8",)
 MAX_K = 128
@@ -41,7 +41,7 @@ class Config:
     ngram_min: int = 1
     draft: str | None = None  # model reference, for kind draft (and pair, once resolved)
     pair: str | None = None
-    policy: str = "fixed"  # draft-length policy (specgen.policy); k is its ceiling unless fixed
+    policy: str = "fixed"  # draft-length policy (specgen.policy.base); k is its ceiling unless fixed
     global_cache: bool = False  # suffix: an index over the earlier requests of the same repeat (runner.Runner)
     lookup: bool | None = None  # draft/pair: prompt lookup alongside the model (None: as `specgen run`, on under cost)
 

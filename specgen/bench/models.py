@@ -1,4 +1,4 @@
-"""Bench models: the target loaded once, each distinct draft model once (through specgen.loader)."""
+"""Bench models: the target loaded once, each distinct draft model once (through specgen.session)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
-from specgen import registry
+from specgen.models import registry
 from specgen.bench.configs import PLAIN, Config
-from specgen.drafters import ALONGSIDE_NGRAM_MIN, PromptLookup, WithLookup
-from specgen.engine import Engine
+from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, PromptLookup
+from specgen.drafters.model import WithLookup
+from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
-from specgen.loader import DEFAULT_DRAFT_MAX, open_draft
+from specgen.session import DEFAULT_DRAFT_MAX, open_draft
 
 
 @dataclass
 class Setup:
     """The loaded models: one target engine shared by every configuration."""
 
-    target: object  # specgen.engine.Engine
+    target: object  # specgen.engine.llama.Engine
     target_path: Path
     configs: list[Config]  # resolved; plain first
     drafters: dict[str, object]  # config name → drafter (None for plain)
@@ -55,7 +56,7 @@ def _resolve_pairs(model: str | None, configs: list[Config], catalog) -> tuple[s
 
 def suffix_drafter(config: Config):
     """A fresh suffix-index drafter for a suffix configuration: its global index (if on) starts empty."""
-    from specgen.suffix import SuffixDrafter
+    from specgen.drafters.suffix import SuffixDrafter
 
     return SuffixDrafter(global_cache=config.global_cache, min_match=config.ngram_min)
 
@@ -73,7 +74,7 @@ def open_bench(
     """Load the target once and each distinct draft model once; build every drafter.
 
     n_seq_max > 1 (a concurrency sweep) opens every context with that many
-    sequences over one unified KV pool of ctx_size tokens (see specgen.serving).
+    sequences over one unified KV pool of ctx_size tokens (see specgen.serve.scheduler).
     """
     catalog = catalog if catalog is not None else registry.load_catalog()
     model, configs = _resolve_pairs(model, list(configs), catalog)

@@ -3,7 +3,7 @@
 JSONL lines carry `prompt` or `messages`, optional `id`, `category`,
 `max_tokens`, `temperature`, `seed`; with no file, the bundled set in
 specgen/data/requests.jsonl. `messages` go through the model's own chat
-template, rendered by specgen.chat (the renderer `specgen chat` uses).
+template, rendered by specgen.apps.chat (the renderer `specgen chat` uses).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
-from specgen import chat
+from specgen.apps import chat
 from specgen.errors import SpecgenError, read_text_file
 
 BUNDLED = "requests.jsonl"

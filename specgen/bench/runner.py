@@ -17,10 +17,10 @@ from specgen.bench.configs import Config
 from specgen.bench.models import Setup, suffix_drafter
 from specgen.bench.records import request_record, run_record
 from specgen.bench.requests import Request, request_tokens
-from specgen.decoding import Generation
+from specgen.decode.generation import Generation
 from specgen.errors import SpecgenError
-from specgen.loader import make_policy
-from specgen.sampling import SamplingParams
+from specgen.session import make_policy
+from specgen.rules.sampling import SamplingParams
 
 WARMUP_TOKENS = 8
 

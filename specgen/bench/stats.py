@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from specgen.bench.records import by_k, sum_by_k
-from specgen.policy import expected_tokens_per_round
+from specgen.policy.base import expected_tokens_per_round
 
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0

@@ -1,7 +1,7 @@
 """The concurrency sweep: `specgen bench --concurrency 1,2,4,8`.
 
 At each level the whole request set is served at once through
-specgen.serving (plain, then every speculative configuration, alternating
+specgen.serve.scheduler (plain, then every speculative configuration, alternating
 order), all requests submitted together. One "serve" record per (level,
 configuration, repeat) carries the level, the total throughput and every
 request's queue wait, ttft, latency, tok/s and acceptance.
@@ -16,10 +16,10 @@ from specgen.bench.configs import Config
 from specgen.bench.models import Setup, suffix_drafter
 from specgen.bench.records import serve_record
 from specgen.bench.runner import WARMUP_TOKENS, Prepared, Settings, Timing, run_order
-from specgen.drafters import PromptLookup
+from specgen.drafters.lookup import PromptLookup
 from specgen.errors import SpecgenError
-from specgen.loader import make_gate, make_policy
-from specgen.serving import MAX_SLOTS, Job, Server, max_concurrency, need_tokens
+from specgen.session import make_gate, make_policy
+from specgen.serve.scheduler import MAX_SLOTS, Job, Server, max_concurrency, need_tokens
 
 
 

@@ -124,7 +124,7 @@ def bench(
     settings = B.Settings(max_tokens, repeats, ignore_eos, temp, top_k, top_p, min_p, seed, warmup)
     settings.validate()
     if report is not None:
-        from specgen.report import require_plotly
+        from specgen.bench.report import require_plotly
 
         require_plotly()
     if concurrency is not None:
@@ -334,7 +334,7 @@ def report(
     out: Annotated[Optional[Path], typer.Option("-o", "--out", metavar="FILE.html", help="Where to write the page. Default: RECORDS with .html.")] = None,
 ) -> None:
     """Rebuild the HTML report (charts and tables, one self-contained page) from a bench records file."""
-    from specgen.report import report_file
+    from specgen.bench.report import report_file
 
     out = out if out is not None else records.with_suffix(".html")
     if out.resolve() == records.resolve():

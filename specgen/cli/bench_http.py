@@ -47,7 +47,7 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
     if temp < 0:
         raise SpecgenError(f"--temp must be >= 0 (got {temp:g})")
     if report is not None:
-        from specgen.report import require_plotly
+        from specgen.bench.report import require_plotly
 
         require_plotly()
     reqs = B.load_requests(requests)[:limit]

@@ -28,7 +28,7 @@ class MemorySink:
 
 def write_report(con, path: Path, meta: dict, records: list) -> None:
     """The page for --report, after the run (nothing recorded: nothing written)."""
-    from specgen.report import write_report as write_page
+    from specgen.bench.report import write_report as write_page
 
     if not records:
         con.print(f"report: nothing recorded, {path} not written")

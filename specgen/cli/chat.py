@@ -1,6 +1,6 @@
 """`specgen chat` and `specgen rewrite`: reading input, driving the generation, the notes on stderr.
 
-The logic lives in specgen.chat and specgen.rewrite; the printing in render.
+The logic lives in specgen.apps.chat and specgen.apps.rewrite; the printing in render.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from specgen.cli.options import (
     retold,
     sampling_params,
 )
-from specgen.drafters import NGRAM_MAX
+from specgen.drafters.lookup import NGRAM_MAX
 from specgen.errors import SpecgenError
 
 SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
@@ -58,7 +58,7 @@ RewriteTemplateOpt = retold(
 
 def _make_policy(loaded, k: int, fixed: bool, draft_engine):
     """The loop's draft-length policy: exactly k (-k, /k) or the loader's adaptive one up to k."""
-    from specgen.loader import make_policy
+    from specgen.session import make_policy
 
     return make_policy("fixed" if fixed else loaded.policy_name, k, loaded.target, draft_engine)
 
@@ -104,7 +104,7 @@ class _ChatState:
 
 def _command(cmd, state: _ChatState, conv, session, n_ctx: int, system: str | None) -> bool:
     """Carry out a slash command; False when it ends the chat."""
-    from specgen.chat import HELP
+    from specgen.apps.chat import HELP
 
     note = render.note
     if cmd.name == "exit":
@@ -190,11 +190,12 @@ def chat(
     json_out: ChatJsonOpt = False,
 ) -> None:
     """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
-    from specgen.chat import ContextFull, Conversation, format_for, message_text, parse_command
-    from specgen.decoding import Generation, Stats
-    from specgen.drafters import PromptLookup
-    from specgen.engine import common_prefix
-    from specgen.loader import DEFAULT_DRAFT_MAX, ModelOptions, open_models
+    from specgen.apps.chat import ContextFull, Conversation, format_for, message_text, parse_command
+    from specgen.decode.generation import Generation
+    from specgen.decode.stats import Stats
+    from specgen.drafters.lookup import PromptLookup
+    from specgen.engine.llama import common_prefix
+    from specgen.session import DEFAULT_DRAFT_MAX, ModelOptions, open_models
 
     note = render.note
     check_max_tokens(max_tokens)
@@ -340,10 +341,10 @@ def rewrite(
     template: RewriteTemplateOpt = None,
 ) -> None:
     """Rewrite a file as instructed; prompt lookup drafts from the file by default."""
-    from specgen import rewrite as rw
-    from specgen.chat import format_for
-    from specgen.decoding import Generation
-    from specgen.loader import ModelOptions, open_models
+    from specgen.apps import rewrite as rw
+    from specgen.apps.chat import format_for
+    from specgen.decode.generation import Generation
+    from specgen.session import ModelOptions, open_models
 
     note = render.note
     check_max_tokens(max_tokens)

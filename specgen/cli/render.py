@@ -14,7 +14,8 @@ import sys
 from typing import TYPE_CHECKING, Callable, Sequence, TextIO
 
 if TYPE_CHECKING:
-    from specgen.decoding import Generation, Round, Stats
+    from specgen.decode.generation import Generation
+    from specgen.decode.stats import Round, Stats
 
 DRAFT_COLOUR = "\x1b[36m"  # cyan: tokens the drafter proposed and the target accepted
 RESET = "\x1b[0m"
@@ -97,7 +98,7 @@ class TextStream:
     """
 
     def __init__(self, engine, out: TextIO | None, stops: Sequence[str] = (), colour: bool | None = None) -> None:
-        from specgen.chat import StopScanner
+        from specgen.apps.chat import StopScanner
 
         self.engine = engine
         self.out = out

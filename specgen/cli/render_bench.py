@@ -300,7 +300,7 @@ def crossover_lines(summary: dict, configs) -> list[str]:
 
 
 def print_sweep(con, summary: dict, configs) -> None:
-    from specgen.bench import NOISE_BAND
+    from specgen.bench.stats import NOISE_BAND
 
     con.print(sweep_table(summary, configs))
     for line in sweep_chart(summary, configs):

@@ -39,7 +39,7 @@ from specgen.cli.options import (
     read_prompt,
     sampling_params,
 )
-from specgen.drafters import NGRAM_MAX
+from specgen.drafters.lookup import NGRAM_MAX
 
 
 def run(
@@ -70,8 +70,8 @@ def run(
     tree_width: Annotated[int, typer.Option("--tree-width", help="With --suffix: draft trees of up to N branches, verified in one pass (off: 1; on 2 CPU cores measured slower, see README).")] = 1,
 ) -> None:
     """Generate a completion, streaming tokens; stats on stderr."""
-    from specgen.decoding import Generation
-    from specgen.loader import ModelOptions, open_models
+    from specgen.decode.generation import Generation
+    from specgen.session import ModelOptions, open_models
 
     check_max_tokens(max_tokens)
     params = sampling_params(temp, top_k, top_p, min_p, seed)
@@ -88,7 +88,7 @@ def run(
         gen_kw = dict(draft_max=loaded.draft_max, max_tokens=max_tokens, params=params, ignore_eos=ignore_eos,
                       policy=loaded.new_policy())
         if tree_width > 1:
-            from specgen.treedecode import TreeGeneration
+            from specgen.decode.tree import TreeGeneration
 
             gen = TreeGeneration(target, tokens, loaded.drafter, tree_width=tree_width, **gen_kw)
         else:
@@ -131,9 +131,10 @@ def check(
 ) -> None:
     """Tokenizer compatibility report: exit 0 if the pair shares a vocabulary (1 otherwise,
     also when the draft is usable by translating its drafts through text)."""
-    from specgen import registry
-    from specgen.engine import Engine
-    from specgen.vocab import compare, translation_problem
+    from specgen.models import registry
+    from specgen.engine.llama import Engine
+    from specgen.drafters.translated import translation_problem
+    from specgen.models.vocab import compare
 
     catalog = registry.load_catalog()
     tp = registry.resolve_model(target, catalog)
@@ -154,7 +155,7 @@ def check(
 
 def models(json_out: JsonOpt = False) -> None:
     """List models.toml entries and whether each is present locally."""
-    from specgen import registry
+    from specgen.models import registry
 
     catalog = registry.load_catalog()
     rows = []
@@ -169,7 +170,7 @@ def models(json_out: JsonOpt = False) -> None:
 
 def pull(name: Annotated[str, typer.Argument(help="A models.toml model or pair name, or hf:OWNER/REPO/FILE.gguf.")]) -> None:
     """Download a model (or both models of a pair) into the shared cache."""
-    from specgen import registry
+    from specgen.models import registry
 
     path = registry.pull(name, registry.load_catalog())
     sys.stdout.write(f"{path}\n")

@@ -21,7 +21,7 @@ from specgen.cli.options import (
     NgramMaxOpt, NgramMinOpt, NoSpecOpt, OnOff, PairOpt, PMinOpt, SeedOpt, SuffixOpt, TempOpt, TemplateOpt, ThreadsOpt, TopKOpt,
     TopPOpt, global_cache_on, retold, sampling_params,
 )
-from specgen.drafters import NGRAM_MAX
+from specgen.drafters.lookup import NGRAM_MAX
 
 API_KEY_ENV = "SPECGEN_API_KEY"
 ServeMaxTokOpt = retold(MaxTokOpt, "Default max_tokens of a request that gives none.")
@@ -68,13 +68,13 @@ def serve(
              "their prefix (0: slots only).")] = 1024,
 ) -> None:
     """Serve the OpenAI API (chat and completions) with speculative decoding and continuous batching."""
-    from specgen.chat import format_for
+    from specgen.apps.chat import format_for
     from specgen.errors import SpecgenError
-    from specgen.loader import ModelOptions
-    from specgen.server.app import AppConfig, create_app, http_server, listen
-    from specgen.server.loop import EngineLoop
-    from specgen.server.schema import Defaults
-    from specgen.server.setup import open_serving
+    from specgen.session import ModelOptions
+    from specgen.serve.http.app import AppConfig, create_app, http_server, listen
+    from specgen.serve.http.loop import EngineLoop
+    from specgen.serve.http.schema import Defaults
+    from specgen.serve.setup import open_serving
 
     if max_tokens < 1:
         raise SpecgenError(f"-n/--max-tokens must be >= 1 (got {max_tokens})")

@@ -16,7 +16,7 @@ from typing_extensions import Annotated
 
 import specgen.cli.render as render
 from specgen.cli.options import CtxOpt, DraftMaxOpt, DraftOpt, JsonOpt, LookupOpt, MaxTokOpt, ModelOpt, NglOpt, PairOpt, ThreadsOpt, retold
-from specgen.policy import expected_tokens, step_rate
+from specgen.policy.base import expected_tokens, step_rate
 
 SampleMaxTokOpt = retold(MaxTokOpt, "Tokens per request while estimating.")
 KMaxOpt = retold(DraftMaxOpt, "Largest k to consider.", int)
@@ -48,11 +48,11 @@ def tune(
     json_out: JsonOpt = False,
 ) -> None:
     """Measure verify / draft costs (cached), estimate acceptance, predict speedup per k."""
-    from specgen.bench import load_requests
-    from specgen.costs import cost_profile
-    from specgen.decoding import Generation
+    from specgen.bench.requests import load_requests
+    from specgen.engine.costs import cost_profile
+    from specgen.decode.generation import Generation
     from specgen.errors import SpecgenError
-    from specgen.loader import ModelOptions, open_models
+    from specgen.session import ModelOptions, open_models
 
     if k_max < 1 or requests < 1 or max_tokens < 2:
         raise SpecgenError("tune needs -k >= 1, --requests >= 1 and -n >= 2")

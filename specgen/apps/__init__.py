@@ -1,0 +1,1 @@
+"""The tool's uses as pure logic: chat templates and conversations (chat), one-shot file rewriting (rewrite)."""

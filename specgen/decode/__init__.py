@@ -1,0 +1,1 @@
+"""The draft-verify loop: one generation's state machine and step planning (generation), its counters (stats), draft trees (tree)."""

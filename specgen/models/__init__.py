@@ -1,0 +1,1 @@
+"""Where models come from: the catalog and resolution (registry), the hub, PyPI packages, and the vocabulary check."""

@@ -1,0 +1,359 @@
+"""The cost policy: the draft length (0 included) with the most expected tokens per second.
+
+It prices each k from the measured costs (the target's verify curve, the draft
+model's step and bulk feed, corrected by the passes it observes) and decides
+by optimistic Thompson sampling over its acceptance estimates (see CostAware).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from specgen.policy.base import (
+    ALONE, MODEL_KEY, Policy, Situation, expected_tokens, step_rate, verify_cost, with_counts,
+)
+from specgen.policy.estimates import Estimates
+
+
+# A draft model's acceptance before evidence: (mean, weight in rounds). A model
+# paired with a target varies less from request to request than lookup's
+# matches do, so its prior weighs more, and one unlucky round moves it less.
+# Chosen on recorded drafts of the bundled requests (benchmarks/policy_replay.py):
+# against (0.6, 2) it lifted the worst category from 0.95 to 0.96 of the best
+# fixed k and, where drafting cannot pay, the worst request from 0.92 to 0.96 of plain.
+DRAFT_MODEL_PRIOR = (0.7, 6.0)
+
+
+@dataclass
+class Acceptance:
+    """Decayed counts of 'reached position i' and 'accepted at position i', with
+    the posterior they give: a Beta per position, whose prior mean is the
+    estimate at the position before (evidence at early positions speaks for
+    unseen later ones) and whose prior weighs `strength` rounds."""
+
+    prior: float
+    strength: float = 2.0
+    reached: list[float] = field(default_factory=list)
+    accepted: list[float] = field(default_factory=list)
+
+    def rates(self, k: int, z: float = 0.0) -> list[float]:
+        """α_0 … α_{k-1}: the posterior means (z = 0), or each shifted by z of its
+        posterior's standard deviation (a normal approximation of the Beta),
+        the same z at every position."""
+        out, prior, s = [], self.prior, self.strength
+        for i in range(k):
+            r = self.reached[i] if i < len(self.reached) else 0.0
+            a = self.accepted[i] if i < len(self.accepted) else 0.0
+            mean = (a + s * prior) / (r + s)
+            if z:
+                sd = math.sqrt(mean * (1.0 - mean) / (r + s + 1.0))
+                out.append(min(max(mean + z * sd, 0.0), 1.0))
+            else:
+                out.append(mean)
+            prior = mean
+        return out
+
+    def add(self, k: int, accepted: int, decay: float) -> None:
+        while len(self.reached) < k:
+            self.reached.append(0.0)
+            self.accepted.append(0.0)
+        self.forget(decay)
+        for i in range(min(accepted + 1, k)):  # positions the rule looked at
+            self.reached[i] += 1.0
+            if i < accepted:
+                self.accepted[i] += 1.0
+
+    def forget(self, decay: float) -> None:
+        for i in range(len(self.reached)):
+            self.reached[i] *= decay
+            self.accepted[i] *= decay
+
+
+def _best(rates: Sequence[float]) -> int:
+    return max(range(len(rates)), key=rates.__getitem__)
+
+
+def _explore(drawn: Sequence[float], mean: Sequence[float], k: int, near: bool = True) -> int:
+    """The draft length a round explores when its draw favours k (drawn[k] the
+    best of `drawn`) and the estimates favour a shorter one, b: the shortest n
+    in (b, k] whose drawn rate beats b's. It tests the positions just past the
+    evidence, and a long draft costs most when the draw was wrong. (b = 0: a
+    probe, the shortest draft that beats a plain step.)"""
+    b = _best(mean)
+    if k <= b or drawn[k] <= drawn[b] or (b and not near):
+        return k
+    return next(n for n in range(b + 1, k + 1) if drawn[n] > drawn[b])
+
+
+class CostAware(Policy):
+    """Choose k to maximise expected tokens per second, k = 0 (a plain step) included.
+
+    Costs: the target's verify curve (a measured profile, then the round times
+    observed), one draft step (the drafter's own step timings, never its
+    catch-up), and a catch-up of the draft's cache (a pass of that many rows
+    on the draft's curve; the bulk rate per token beyond it).
+    Acceptance: a posterior per draft position (per key), from decayed counts;
+    a draft model's rounds (MODEL_KEY) start from DRAFT_MODEL_PRIOR; a translated
+    model's, while sampling, from `prior` × the target's running top probability
+    (`target_top`).
+    With prompt lookup alongside a draft model, each round weighs lookup's
+    offer against the model (`choose_offer`).
+
+    Each round draws one z ~ N(0, 1), kept only when positive, and scores
+    every k with the acceptance estimates shifted up by z standard deviations
+    (optimistic Thompson sampling): where the
+    evidence is thin (a fresh prior, one unlucky round) draws spread widely and
+    some rounds draft anyway, so one rejection cannot end drafting; where it is
+    ample, draws sit at the estimates and the choice is the expected-best k.
+    While nothing is drafted no evidence arrives, so the counts fade (by
+    `idle_decay` a round) and the spread grows back: a drafter that cannot
+    pay is probed rarely, one whose acceptance changes is found again. A free
+    drafter's offer that a round passes over (k = 0, or the model drafted) is
+    the exception: it is judged against what the round emitted (`observe`),
+    evidence at no cost.
+
+    A draft model whose cache lags (its prompt not yet read, tokens settled
+    while it sat out) first pays the catch-up: it drafts only if catch-up +
+    the remaining tokens at the drafting rate beat the remaining tokens at the
+    plain rate.
+
+    A probe (a round the draw alone sends drafting, the estimates favouring
+    k = 0) drafts the shortest k the draw favours: it tests the first
+    positions, where the evidence is, and a long draft's rounds cost most
+    when the draw was wrong. Likewise a draw that favours a longer draft
+    than the estimates' best b drafts the shortest k > b it rates above b:
+    the positions past b are often unseen, their estimates inherit b's with
+    a wide spread, and one draw lifts them all (a translated draft's k = 1
+    break-even round explored at k = 6 lost 5-10 % over 48 tokens; replayed,
+    benchmarks/translate_replay.py). A probe's round pays the whole catch-up of the draft's
+    cache: the estimates expect plain rounds after it, so nothing amortises it.
+    Any other round amortises a catch-up over no more rounds than its estimate
+    rests on (the first position's decayed count plus the prior's weight):
+    evidence faded back to the prior over a long plain stretch does not buy a
+    long catch-up. The first catch-up, before any evidence, is amortised over
+    the tokens left, as the prior's promise.
+
+    A drafter that reports `Draft.extra_s` (a translated draft) costs more a
+    round than k steps and a verify pass: its text is turned into tokens both
+    ways, its first pass feeds the re-tokenized tail (often several of its
+    own tokens), a translation that comes out short wastes passes. For it,
+    `round_scale` learns what its drafting rounds really take (draft and
+    verify, observed) over what the estimates say, and scales their cost, so
+    its choices see the real per-round cost. Other drafters: 1.
+    """
+
+    name = "cost"
+    # past a drafting best, a draw explores only as far as it favours (False: the
+    # draw's own best, as before; kept switchable for benchmarks' side-by-side runs)
+    explore_near = True
+    # sampling: a point-mass draft model's prior scaled by the target's running top
+    # probability (False: the prior as under greedy; for benchmarks' side-by-side runs)
+    top_prior = True
+    TOP_RATE = 0.2  # weight of the newest row in that running mean
+
+    def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0, feed_s: float = 0.0, *,
+                 draft_verify_s: list[float] | None = None,
+                 prior: float = 0.6, model_prior: tuple[float, float] | None = None,
+                 decay: float = 0.95, idle_decay: float = 0.98, seed: int = 0, shared: dict | None = None) -> None:
+        super().__init__()
+        self.k_max = k_max
+        # the measured profiles, corrected as passes are observed (`Estimates`); the target's
+        # and the draft model's apart, as each profile was taken at its own time
+        self._target = Estimates(dict(enumerate(verify_s)))
+        self._draft = Estimates({**dict(enumerate(draft_verify_s or [])), "step": draft_step_s, "feed": feed_s})
+        self._refresh()
+        self.round_scale = 1.0  # real ÷ estimated cost of a drafting round (drafters that report Draft.extra_s)
+        self._rounds_seen = 0
+        self.prior = prior
+        self.model_prior = model_prior  # (mean, strength) for a draft model's rounds; None: as the others
+        self.decay = decay
+        self.idle_decay = idle_decay
+        self.rng = np.random.default_rng(seed)
+        self.top: float | None = None  # the target's running top probability (sampling; None: not told)
+        # key → Acceptance; a server passes one dict to all its requests' policies
+        self.stats: dict[int, Acceptance] = shared if shared is not None else {}
+
+    def _refresh(self) -> None:
+        """The estimates now, as the lists and figures the choices read."""
+        t, d = self._target, self._draft
+        self.verify_s = [t[n] for n in range(len(t.profile))]  # a target pass of n logit rows (index 0 unused)
+        self.draft_step_s = d["step"]
+        self.feed_s = d["feed"]  # seconds per token of a bulk catch-up of the draft's cache
+        self.draft_verify_s = [d[n] for n in range(len(d.profile) - 2)]  # the draft's pass of n tokens
+
+    def acceptance(self, key: int) -> Acceptance:
+        acc = self.stats.get(key)
+        if acc is None:
+            if key == MODEL_KEY and self.model_prior is not None:
+                acc = Acceptance(*self.model_prior)
+            else:
+                acc = Acceptance(prior=self.prior)
+            self.stats[key] = acc
+        if key == MODEL_KEY and self.model_prior is None and self.top_prior and self.top is not None \
+                and not self.draft_picks:
+            acc.prior = self.prior * self.top  # follows the text: see `target_top`
+        return acc
+
+    def target_top(self, top: float) -> None:
+        """A point-mass draft (a translated model's argmax) at a position is
+        accepted with the target's probability of it, at most the target's top
+        probability there: on free sampled text (top ≈ 0.4-0.6) far below the
+        prior fitted to greedy runs, where a right token is always accepted. So
+        while sampling, such a model's prior is `prior` × the running mean of the
+        top probability at the rows tokens were emitted from (1 on copied text,
+        where nothing changes). Lookup's keys keep theirs: an n-gram match is
+        evidence of copying, where the target is surer than the text around it
+        (replayed, scaling them too lost on copy-heavy requests; README
+        "Sampled drafts' prior follows the target")."""
+        self.top = top if self.top is None else self.top + self.TOP_RATE * (top - self.top)
+
+    def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
+        """Expected tokens per second for k = 0 … len(alphas)."""
+        step = self.draft_step_s + (self.pick_s if self.draft_picks else 0.0)
+        return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s, self.round_scale)
+                for k in range(len(alphas) + 1)]
+
+    def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
+        limit = min(limit, self.k_max)
+        if limit <= 0:
+            return 0
+        acc = self.acceptance(key)
+        # optimistic Thompson sampling: only upward draws, so noise never cuts
+        # a draft the estimates already favour; it only tries k they do not
+        z = max(float(self.rng.standard_normal()), 0.0)
+        alphas = with_counts(acc.rates(limit, z=z), situation.counts)
+        rates = self.rates(alphas, situation)
+        k = _best(rates)
+        mean = self.rates(with_counts(acc.rates(limit), situation.counts), situation) if k and z else rates
+        probe = bool(k and z) and _best(mean) == 0
+        k = _explore(rates, mean, k, self.explore_near)  # past the estimates' best: only as far as the draw favours
+        if k and situation.lag > 2:
+            # a catch-up must pay back within the rounds the estimate rests on (a
+            # probe's within its own round): faded evidence promises few rounds.
+            # Before any evidence (a first catch-up: a prompt the draft did not
+            # prefill) the prior speaks for the whole generation.
+            left = situation.remaining
+            if probe or acc.reached:
+                rounds = 1.0 if probe else acc.reached[0] + acc.strength
+                left = min(left, rounds * expected_tokens(alphas[:k]))
+            if not self._catch_up_pays(situation.lag, left, rates[k], rates[0]):
+                k = 0
+        if k == 0:
+            acc.forget(self.idle_decay)
+        return k
+
+    def choose_offer(self, key: int, offered: int, limit: int, situation: Situation = ALONE) -> tuple[int, bool]:
+        """The offer or the model, whichever promises more tokens per second
+        under the round's upward draw: the offer's drafts cost no draft steps, the
+        model's cost its steps and, when its cache lags, the bulk feed first.
+        An option whose estimates favour a plain step, drafting only by its
+        draw, is probed as in `choose`: at the shortest k its draw favours."""
+        limit, offered = min(limit, self.k_max), min(offered, self.k_max)
+        counts, situation = situation.counts, replace(situation, counts=())  # the offer's, not the model's
+        if offered <= 0 or (limit > 0 and situation.lag <= 2 and not self.acceptance(MODEL_KEY).reached):
+            # no offer, or the model has not drafted yet and its cache is in
+            # step: it drafts once now, while learning what it is worth is cheap
+            return (self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0), False
+        if limit <= 0:  # lookup alone: nothing to weigh it against
+            return self.choose(key, offered, replace(situation, counts=counts)), True
+        # one upward draw for the round, shared by both options: each is scored
+        # that many of its own posterior deviations above its estimate, so the
+        # option the evidence knows less about gains more, and an option rated
+        # lower is still tried now and then. (Independent draws per option flip
+        # between them on noise alone: replayed over 16 seeds, their worst
+        # seed's category geomeans were 1.5-27 % below one shared draw's;
+        # benchmarks/policy_replay.py.)
+        z = max(float(self.rng.standard_normal()), 0.0)
+        offer, model = self.acceptance(key), self.acceptance(MODEL_KEY)
+        take = [step_rate(with_counts(offer.rates(offered, z=z), counts), k, self.verify_s, 0.0, situation,
+                          self.pick_s) for k in range(offered + 1)]
+        k_take = _best(take)
+        if k_take and z:  # exploring the offer, as in `choose`
+            k_take = _explore(take, [step_rate(with_counts(offer.rates(offered), counts), n, self.verify_s, 0.0, situation,
+                                               self.pick_s) for n in range(offered + 1)], k_take, self.explore_near)
+        alphas = model.rates(limit, z=z)
+        rates = self.rates(alphas, situation)
+        k = 1 + _best(rates[1:])
+        if z:  # and the model
+            k = _explore(rates, self.rates(model.rates(limit), situation), k, self.explore_near)
+        # this round pays the model's catch-up, if its cache lags
+        rate = 1.0 / (1.0 / rates[k] + self.catch_up_s(situation.lag) / expected_tokens(alphas[:k]))
+        if rate > take[k_take] and (situation.lag <= 2 or
+                                    self._catch_up_pays(situation.lag, situation.remaining, rate, rates[0])):
+            return k, False
+        if k_take == 0:
+            offer.forget(self.idle_decay)
+            model.forget(self.idle_decay)
+        return k_take, True
+
+    def _learn_round(self, k: int, draft, verify_s: float | None) -> None:
+        """A drafting round's time (its draft work and its verify pass) over what the
+        estimates say for k tokens (k: those it delivered, fewer than its passes
+        where a translation came out short), from rounds alone in their pass and
+        without a bulk catch-up (that is learned apart, as feed_s)."""
+        if draft.extra_s is None or not k or draft.fed or not draft.steps or not verify_s:
+            return
+        said = verify_cost(self.verify_s, k + 1) + k * self.draft_step_s
+        seen = (verify_s + draft.step_s + draft.extra_s) / said
+        self._rounds_seen += 1
+        self.round_scale = seen if self._rounds_seen == 1 else self.round_scale + 0.2 * (seen - self.round_scale)
+
+    def _catch_up_pays(self, lag: int, remaining: int, rate_k: float, rate_0: float) -> bool:
+        """Catching up `lag` tokens, then drafting the rest, beats not drafting."""
+        left = max(remaining, 1)
+        return self.catch_up_s(lag) + left / rate_k < left / rate_0
+
+    def catch_up_s(self, lag: int) -> float:
+        """Seconds to feed a lagging draft cache `lag` tokens beyond its usual
+        first step: a pass of `lag` rows on the draft's measured curve where it
+        reaches (a few tokens cost far more each than a prompt's bulk rate), the
+        bulk rate per token beyond."""
+        if lag <= 2:  # NORMAL_FEED: the first draft step feeds them
+            return 0.0
+        curve = self.draft_verify_s
+        if not curve:
+            return lag * self.feed_s
+        top = min(lag, len(curve) - 1)
+        return max(curve[top] - self.draft_step_s, 0.0) + (lag - top) * self.feed_s
+
+    def prefill_pays(self, lag: int, remaining: int, key: int = 0) -> bool:
+        """Decided once, so optimistically: acceptance one posterior standard
+        deviation above its estimate (the draws of `choose` reach that often;
+        a draft left unread would be caught up a few rounds later anyway)."""
+        rates = self.rates(self.acceptance(key).rates(self.k_max, z=1.0))
+        k = max(range(len(rates)), key=rates.__getitem__)
+        return k > 0 and self._catch_up_pays(lag, remaining, rates[k], rates[0])
+
+    def observe(self, key: int, reached: int, accepted: int) -> None:
+        if reached > 0:
+            self.acceptance(key).add(reached, accepted, self.decay)
+
+    def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
+        super().update(key, k, accepted)
+        if k > 0:
+            self.acceptance(key).add(k, accepted, self.decay)
+        # a pass's own time, as profiled: the picks the acceptance rule (and a sampling
+        # draft) made are priced apart (`step_rate`), so they are taken out
+        if verify_s:
+            verify_s = verify_s - (accepted + 1) * self.pick_s
+        if draft is not None:
+            pick = self.pick_s if self.draft_picks else 0.0
+            if draft.steps and draft.step_s > 0:
+                # only a round alone in its passes sets the draft's level: a share of a
+                # batched catch-up is no measure of one sequence's step
+                self._draft.observe("step", draft.step_s / draft.steps - pick, sets_level=verify_s is not None)
+            if draft.fed and draft.fed_s > 0:
+                self._draft.observe("feed", draft.fed_s / draft.fed, sets_level=False)
+        rows = k + 1
+        if verify_s and verify_s > 0 and rows < len(self.verify_s):
+            self._target.observe(rows, verify_s)
+        self._refresh()
+        if draft is not None:  # against the estimates this round's passes corrected
+            self._learn_round(k, draft, verify_s)
+
+    def expected_tokens(self, key: int, k: int) -> float:
+        return expected_tokens(self.acceptance(key).rates(k))
