@@ -95,7 +95,7 @@ def main() -> None:
 
     import specgen.engine.costs
     from specgen.bench.requests import request_tokens
-    from specgen.session import ModelOptions, open_models
+    from specgen.session import ModelOptions, open_session
     from specgen.models.registry import cache_dir, resolve_model
     from specgen.rules.sampling import SamplingParams
 
@@ -114,7 +114,7 @@ def main() -> None:
     print(f"{'config':<16} {'rounds':>6} {'k>0':>4} {'pass ms':>8} {'host ms':>8} {'host %':>7}"
           f" {'k=0 host ms':>11} {'k=0 %':>6} {'draft ms':>8}")
     for name, kw in CONFIGS:
-        loaded = open_models(ModelOptions(model=str(tpath), threads=args.threads, **kw))
+        loaded = open_session(ModelOptions(model=str(tpath), threads=args.threads, **kw))
         clocks = [PassClock(loaded.target)] + ([PassClock(loaded.draft_engine)] if loaded.draft_engine else [])
         try:
             for params in (SamplingParams(), SamplingParams(args.temp, seed=1)):

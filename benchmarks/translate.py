@@ -2,7 +2,7 @@
 
 Bundled requests (the first N of each category), greedy or sampled, through
 four configurations, each built by the loader exactly as `specgen run` builds
-it (`specgen.session.open_models`):
+it (`specgen.session.open_session`):
 
 - plain      `specgen run --no-spec`
 - k=K        `specgen run -d smollm2-135m -k K` (fixed k, the model alone)
@@ -165,7 +165,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from specgen.bench.requests import request_tokens
-    from specgen.session import ModelOptions, open_models
+    from specgen.session import ModelOptions, open_session
     from specgen.models.registry import cache_dir, resolve_model
     from specgen.rules.sampling import SamplingParams
 
@@ -182,7 +182,7 @@ def main() -> None:
     loaded = {}
     for name, kw in cfgs:  # an ':old' or ':flat' configuration shares its models with its base
         base = name.partition(":")[0]
-        loaded[name] = loaded.get(base) or open_models(ModelOptions(model=str(tpath), threads=args.threads, **kw))
+        loaded[name] = loaded.get(base) or open_session(ModelOptions(model=str(tpath), threads=args.threads, **kw))
         loaded.setdefault(base, loaded[name])
     trace = args.trace.open("w") if args.trace else None
     mode = "greedy" if params.greedy else f"sampled (temp {args.temp}, seed {args.seed})"

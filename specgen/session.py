@@ -1,23 +1,27 @@
-"""Open what a command asked for: the target engine and its drafter.
+"""What a command opens: the target, its draft models, the drafter, the policy.
 
-Resolves model references through the registry, drafts through text
-(specgen.drafters.translated) with a draft model whose tokenizer differs from the
-target's, refusing only one that cannot encode text, and says which mode the
-run is in ("plain", "lookup", "suffix" or "draft"; `Loaded.translated` for a
-translated draft, which the CLI reports in one line).
+`open_session(ModelOptions)` resolves the model references (specgen.models),
+opens the target and a draft model once each (the draft's vocabulary is
+checked first: a draft of another vocabulary drafts through text, one that
+cannot encode text is refused), and builds the drafter through the one
+`build_drafter` (specgen.drafters.build). The `Session` it returns is the one
+holder of opened models, for every command: run, chat, rewrite, tune, serve
+(specgen.serve.setup) and bench (specgen.bench.models, which opens several
+draft models beside one target). The mode says what drafts: "plain",
+"lookup", "suffix" or "draft".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specgen.models import registry
-from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX, PromptLookup
-from specgen.drafters.model import DraftModel, WithLookup
 from specgen.drafters.base import Drafter
+from specgen.drafters.build import DrafterOptions, OpenedDraft, build_drafter
+from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
+from specgen.models import registry
 
 
 @dataclass
@@ -76,6 +80,14 @@ class ModelOptions:
         if self.suffix_choice not in CHOICES:
             raise SpecgenError(f"unknown suffix continuation '{self.suffix_choice}' (choose {', '.join(CHOICES)})")
 
+    def drafter_options(self, mode: str, model_max: int | None = None) -> DrafterOptions:
+        """What this command drafts with in `mode` (plain: the options a chat's /spec would use)."""
+        kind = {"draft": "model", "suffix": "suffix"}.get(mode, "lookup")
+        alongside = mode == "draft" and (self.lookup or (self.lookup is None and self.policy_name == "cost"))
+        return DrafterOptions(kind, self.ngram_max, self.lookup_ngram_min(), lookup_alongside=bool(alongside),
+                              alongside_ngram_min=self.lookup_ngram_min(alongside=True), model_max=model_max,
+                              p_min=self.p_min, global_cache=self.global_cache, suffix_choice=self.suffix_choice)
+
     @property
     def policy_name(self) -> str:
         if self.adaptive:
@@ -84,29 +96,59 @@ class ModelOptions:
 
 
 @dataclass
-class Loaded:
+class Session:
+    """The one holder of opened models: the target, each draft model opened for it
+    (once, by path), and what the command drafts with. `close()` closes them all."""
+
     target: Engine
-    drafter: Drafter | None
-    mode: str  # plain | lookup | suffix | draft
-    draft_max: int
     target_path: Path
+    drafts: dict[Path, OpenedDraft] = field(default_factory=dict)
+    mode: str = "plain"  # plain | lookup | suffix | draft
+    draft_max: int = 0
+    drafter_options: DrafterOptions = DrafterOptions("lookup")
     draft_path: Path | None = None
-    draft_engine: Engine | None = None
     policy_name: str = "fixed"
-    translated: bool = False  # the draft's vocabulary differs: its drafts are translated through text
+    drafter: Drafter | None = None  # built at open; `new_drafter()` builds a fresh one
+    engine_kw: dict = field(default_factory=dict)  # how draft models are opened beside the target
+
+    @property
+    def draft_engine(self) -> Engine | None:
+        draft = self.drafts.get(self.draft_path) if self.draft_path else None
+        return draft.engine if draft is not None else None
+
+    @property
+    def translated(self) -> bool:
+        """The draft's vocabulary differs: its drafts are translated through text."""
+        return self.drafter is not None and self.drafter.translated
 
     @property
     def label(self) -> str:
         """The mode as people read it: "draft + lookup" when lookup drafts alongside the model."""
-        return "draft + lookup" if isinstance(self.drafter, WithLookup) else self.mode
+        return "draft + lookup" if self.drafter is not None and self.drafter.offers else self.mode
 
-    def new_policy(self):
+    def open_draft(self, path: Path) -> OpenedDraft:
+        """The draft model at `path`, opened (vocabulary checked) on first use only."""
+        if path not in self.drafts:
+            self.drafts[path] = open_draft(self.target, path, **self.engine_kw)
+        return self.drafts[path]
+
+    def new_drafter(self, options: DrafterOptions | None = None, draft_path: Path | None = None) -> Drafter:
+        """A fresh drafter (new indexes) by `options` (default: the session's), over the
+        session's draft model or the one at `draft_path`."""
+        options = options or self.drafter_options
+        path = draft_path or self.draft_path
+        draft = self.open_draft(path) if options.kind == "model" and path is not None else None
+        return build_drafter(options, self.target, draft)
+
+    def new_policy(self, k: int | None = None, name: str | None = None, shared: dict | None = None):
         """A fresh policy for one generation (its estimates start from the priors)."""
-        return make_policy(self.policy_name, self.draft_max, self.target, self.draft_engine)
+        return make_policy(name or self.policy_name, self.draft_max if k is None else k, self.target,
+                           self.draft_engine, shared=shared)
 
     def close(self) -> None:
-        if self.draft_engine is not None:
-            self.draft_engine.close()
+        for draft in reversed(list(self.drafts.values())):
+            draft.engine.close()
+        self.drafts.clear()
         self.target.close()
 
 
@@ -116,13 +158,11 @@ ADAPTIVE_K_MAX = {"lookup": 16, "suffix": 16, "draft": 8, "plain": 0}
 POLICIES = ("cost", "heuristic", "fixed")
 
 
-def open_draft(target: Engine, path: Path, *, p_min: float = 0.0, **engine_kw):
+def open_draft(target: Engine, path: Path, **engine_kw) -> OpenedDraft:
     """A draft model for `target`: the tokenizer check first (from the vocabulary
     alone, before any weights load), then its engine. A draft with another
-    vocabulary drafts through text (a TranslatedDraftModel, `translated` True);
-    one that cannot encode text is refused. engine_kw as Engine's; the caller
-    closes `drafter.engine`."""
-    from specgen.drafters.translated import TranslatedDraftModel
+    vocabulary drafts through text; one that cannot encode text is refused.
+    engine_kw as Engine's; the caller closes `engine` (a Session does)."""
     from specgen.drafters.translated import translation_problem
     from specgen.models.vocab import compare, n_shared
 
@@ -136,10 +176,7 @@ def open_draft(target: Engine, path: Path, *, p_min: float = 0.0, **engine_kw):
                     f"and it cannot draft by translation: {why}"
                 )
         shared = n_shared(target, draft_vocab)
-    engine = Engine(path, **engine_kw)
-    if not report.compatible:
-        return TranslatedDraftModel(target, engine, p_min=p_min)
-    return DraftModel(engine, shared, target.n_vocab, p_min=p_min)
+    return OpenedDraft(Engine(path, **engine_kw), report.compatible, shared)
 
 
 def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None, *,
@@ -177,15 +214,8 @@ def make_gate(policy_name: str):
     return StepGate() if policy_name == "cost" else None
 
 
-def make_suffix_drafter(opts: ModelOptions):
-    """The suffix-index drafter; its global index lives as long as the drafter
-    (one process), and only with global_cache on."""
-    from specgen.drafters.suffix import SuffixDrafter
-
-    return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.lookup_ngram_min())
-
-
-def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Loaded:
+def open_session(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Session:
+    """Open what `opts` asks for: the target, its draft model if any, the drafter."""
     opts.validate()
     catalog = catalog or registry.load_catalog()
     model_ref, draft_ref, draft_max = opts.model, opts.draft, opts.draft_max
@@ -201,35 +231,26 @@ def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> 
     if opts.lookup is False and mode != "draft":
         raise SpecgenError("--no-lookup needs a draft model (-d/--draft or --pair); to decode plainly use --no-spec")
     policy_name = "fixed" if mode == "plain" else opts.policy_name
-    alongside = mode == "draft" and (opts.lookup or (opts.lookup is None and policy_name == "cost"))
+    drafter_options = opts.drafter_options(mode)
     default_k = DEFAULT_DRAFT_MAX if policy_name == "fixed" else ADAPTIVE_K_MAX
     k = 0 if mode == "plain" else (draft_max or default_k[mode])
-    model_max = k
-    if alongside and not draft_max:  # lookup's offers reach as far as lookup's own ceiling; the model's stays
-        k = default_k["lookup"]
+    if drafter_options.lookup_alongside:
+        # lookup's offers reach as far as lookup's own ceiling; the model's stays
+        drafter_options = replace(drafter_options, model_max=k)
+        if not draft_max:
+            k = default_k["lookup"]
 
     # several sequences (a server) share one unified KV pool: see specgen.serve.scheduler
     # (draft trees: one sequence per branch, in one unified pool: see specgen.decode.tree)
     n_seq = max(opts.n_seq, opts.tree_width)
-    kw = dict(n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=n_seq, kv_unified=n_seq > 1)
-    target = Engine(target_path, n_ctx=opts.ctx_size, **kw)
-    drafter: Drafter | None = None
-    draft_engine = None
+    kw = dict(n_ctx=opts.ctx_size, n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=n_seq,
+              kv_unified=n_seq > 1)
+    session = Session(Engine(target_path, **kw), target_path, mode=mode, draft_max=k, drafter_options=drafter_options,
+                      draft_path=draft_path, policy_name=policy_name, engine_kw=kw)
     try:
-        if mode == "draft":
-            drafter = open_draft(target, draft_path, n_ctx=opts.ctx_size, p_min=opts.p_min, **kw)
-            draft_engine = drafter.engine
-            if alongside:
-                drafter = WithLookup(drafter, PromptLookup(opts.ngram_max, opts.lookup_ngram_min(alongside=True)),
-                                     model_max=model_max)
-        elif mode == "lookup":
-            drafter = PromptLookup(opts.ngram_max, opts.lookup_ngram_min())
-        elif mode == "suffix":
-            drafter = make_suffix_drafter(opts)
+        if mode != "plain":
+            session.drafter = session.new_drafter()
     except BaseException:
-        if draft_engine is not None:
-            draft_engine.close()
-        target.close()
+        session.close()
         raise
-    return Loaded(target, drafter, mode, k, target_path, draft_path, draft_engine, policy_name,
-                  translated=bool(getattr(drafter, "translated", False)))
+    return session

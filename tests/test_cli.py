@@ -267,9 +267,9 @@ def test_models_lists_default_as_present():
 ])
 def test_a_draft_model_drafts_with_prompt_lookup_alongside_by_default(gemma_path, draft_path, flags, alongside):
     from specgen.drafters.model import DraftModel, WithLookup
-    from specgen.session import ModelOptions, open_models
+    from specgen.session import ModelOptions, open_session
 
-    loaded = open_models(ModelOptions(model=str(gemma_path), draft=str(draft_path), ctx_size=256, threads=1, **flags))
+    loaded = open_session(ModelOptions(model=str(gemma_path), draft=str(draft_path), ctx_size=256, threads=1, **flags))
     try:
         assert isinstance(loaded.drafter, WithLookup if alongside else DraftModel)
         assert loaded.mode == "draft" and loaded.draft_engine is loaded.drafter.engine

@@ -55,17 +55,23 @@ def test_begin_forgets_previous_context():
     assert d.propose_one([3, 4], 2).tokens == []
 
 
-def test_lookup_alongside_a_model_without_prefill_leaves_the_prompt_to_its_first_round():
-    """A translated draft model reads the prompt on its first drafting round (no
-    `prefill`); alongside lookup it must stay so, not fail."""
+def test_lookup_alongside_a_model_declares_what_the_model_can_do():
+    """WithLookup prefills exactly when its model does (a model that reads its prompt
+    on its first drafting round stays so), and says it offers; the loop reads these
+    declarations, so a model without prefill is never asked for one."""
+    from specgen.drafters.base import Drafter
     from specgen.drafters.model import WithLookup
 
-    class NoPrefill:
-        name, engine, steps = "draft", None, 0
+    class NoPrefill(Drafter):
+        name, free, steps = "draft", False, 0
 
     class WithPrefill(NoPrefill):
+        prefills, translated = True, True
+
         def prefill(self, seq, context):
             return ("read", seq, len(context))
 
-    assert WithLookup(NoPrefill(), PromptLookup()).prefill(0, [1, 2, 3]) is None
-    assert WithLookup(WithPrefill(), PromptLookup()).prefill(0, [1, 2, 3]) == ("read", 0, 3)
+    plain, reading = WithLookup(NoPrefill(), PromptLookup()), WithLookup(WithPrefill(), PromptLookup())
+    assert not plain.prefills and plain.offers and not plain.translated
+    assert reading.prefills and reading.translated
+    assert reading.prefill(0, [1, 2, 3]) == ("read", 0, 3)

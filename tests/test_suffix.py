@@ -288,7 +288,11 @@ def test_open_models_refuses_suffix_with_lookup():
 
 
 def test_loader_builds_the_suffix_drafter():
-    from specgen.session import ModelOptions, make_suffix_drafter
+    from specgen.drafters.build import build_drafter
+    from specgen.session import ModelOptions
+
+    def make_suffix_drafter(opts):
+        return build_drafter(opts.drafter_options("suffix"))
 
     d = make_suffix_drafter(ModelOptions(drafter="suffix", global_cache=True, suffix_choice=FREQUENT))
     assert isinstance(d, SuffixDrafter) and d.global_index is not None and d.choice == FREQUENT

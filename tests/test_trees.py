@@ -301,6 +301,8 @@ def test_the_tree_loop_judges_an_offer_it_passes_over_as_the_chain_loop_does():
             self.seen.append((key, reached, accepted))
 
     class Scripted(PerSequence):
+        trees = True
+
         def __init__(self, rounds):
             self.rounds = list(rounds)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from specgen.drafters.build import DrafterOptions
 from specgen.drafters.lookup import NGRAM_MAX
 from specgen.errors import SpecgenError
 from specgen.session import ADAPTIVE_K_MAX, DEFAULT_DRAFT_MAX, POLICIES
@@ -76,8 +77,16 @@ class Config:
 
     @property
     def lookup_alongside(self) -> bool:
-        """The loader's rule: with a draft model, lookup too when asked, or by default under the cost policy."""
+        """The session's rule: with a draft model, lookup too when asked, or by default under the cost policy."""
         return self.drafts_with_model and (self.lookup or (self.lookup is None and self.policy == "cost"))
+
+    def drafter_options(self) -> DrafterOptions:
+        """What this configuration drafts with (specgen.drafters.build); plain drafts with nothing."""
+        if self.kind == "plain":
+            raise ValueError("plain decoding has no drafter")
+        kind = "model" if self.drafts_with_model else self.kind
+        return DrafterOptions(kind, self.ngram_max, self.ngram_min, lookup_alongside=bool(self.lookup_alongside),
+                              global_cache=self.global_cache)
 
 
 PLAIN = Config("plain")

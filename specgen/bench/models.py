@@ -1,4 +1,10 @@
-"""Bench models: the target loaded once, each distinct draft model once (through specgen.session)."""
+"""Bench models: the target opened once, each distinct draft model once, in one `Session`.
+
+Each configuration's drafter is built through the one `build_drafter`
+(specgen.drafters.build), from the configuration's `DrafterOptions`; the
+runners ask `Setup.new_drafter` for a fresh one where a run needs fresh
+indexes (a server's, a repeat's global suffix index).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +12,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
-from specgen.models import registry
 from specgen.bench.configs import PLAIN, Config
-from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, PromptLookup
-from specgen.drafters.model import WithLookup
+from specgen.drafters.build import build_drafter
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
-from specgen.session import DEFAULT_DRAFT_MAX, open_draft
+from specgen.models import registry
+from specgen.session import DEFAULT_DRAFT_MAX, Session
 
 
 @dataclass
@@ -24,12 +29,17 @@ class Setup:
     configs: list[Config]  # resolved; plain first
     drafters: dict[str, object]  # config name → drafter (None for plain)
     draft_engines: dict[str, object] = field(default_factory=dict)  # config name → its draft Engine
-    _owned: list = field(default_factory=list)
+    session: Session | None = None  # what holds the opened models (closed by `close`)
+    opened: dict[str, object] = field(default_factory=dict)  # config name → its OpenedDraft
+
+    def new_drafter(self, config: Config):
+        """A fresh drafter for `config` (new indexes), over its draft model if it has one."""
+        return build_drafter(config.drafter_options(), self.target, self.opened.get(config.name))
 
     def close(self) -> None:
-        for e in reversed(self._owned):
-            e.close()
-        self._owned.clear()
+        if self.session is not None:
+            self.session.close()
+            self.session = None
 
 
 def _resolve_pairs(model: str | None, configs: list[Config], catalog) -> tuple[str | None, list[Config]]:
@@ -54,13 +64,6 @@ def _resolve_pairs(model: str | None, configs: list[Config], catalog) -> tuple[s
     return model, out
 
 
-def suffix_drafter(config: Config):
-    """A fresh suffix-index drafter for a suffix configuration: its global index (if on) starts empty."""
-    from specgen.drafters.suffix import SuffixDrafter
-
-    return SuffixDrafter(global_cache=config.global_cache, min_match=config.ngram_min)
-
-
 def open_bench(
     model: str | None,
     configs: Sequence[Config],
@@ -83,26 +86,17 @@ def open_bench(
     kw = dict(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers)
     if n_seq_max > 1:
         kw.update(n_seq_max=n_seq_max, kv_unified=True)
-    target = Engine(target_path, **kw)
-    setup = Setup(target, target_path, [PLAIN, *configs], {"plain": None}, _owned=[target])
+    session = Session(Engine(target_path, **kw), target_path, engine_kw=kw)
+    setup = Setup(session.target, target_path, [PLAIN, *configs], {"plain": None}, session=session)
     try:
-        opened: dict[Path, object] = {}
         for c in configs:
-            if c.kind == "lookup":
-                setup.drafters[c.name] = PromptLookup(c.ngram_max, c.ngram_min)
-                continue
-            if c.kind == "suffix":  # the runners build one per repeat (or batch); this one is for warm-ups
-                setup.drafters[c.name] = suffix_drafter(c)
-                continue
-            path = draft_paths[c.name]
-            if path not in opened:
-                opened[path] = open_draft(target, path, **kw)
-                setup._owned.append(opened[path].engine)
-            # configurations of one draft model share it (runs are sequential; a
-            # drafter keeps nothing between generations but its engine's cache)
-            setup.drafters[c.name] = (WithLookup(opened[path], PromptLookup(c.ngram_max, ALONGSIDE_NGRAM_MIN))
-                                      if c.lookup_alongside else opened[path])
-            setup.draft_engines[c.name] = opened[path].engine
+            if c.drafts_with_model:
+                # configurations of one draft model share its engine (runs are sequential;
+                # a drafter keeps nothing between generations but its engine's cache)
+                setup.opened[c.name] = session.open_draft(draft_paths[c.name])
+                setup.draft_engines[c.name] = setup.opened[c.name].engine
+            # suffix: the runners build one per repeat (or batch); this one is for warm-ups
+            setup.drafters[c.name] = setup.new_drafter(c)
     except BaseException:
         setup.close()
         raise

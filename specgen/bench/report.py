@@ -17,12 +17,10 @@ beside the charts.
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
 from pathlib import Path
-from statistics import median
 from typing import Sequence
 
 from specgen.bench.stats import NOISE_BAND, latency_summary, summarize, summarize_sweep

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from specgen.bench.configs import Config
-from specgen.bench.models import Setup, suffix_drafter
+from specgen.bench.models import Setup
 from specgen.bench.records import request_record, run_record
 from specgen.bench.requests import Request, request_tokens
 from specgen.decode.generation import Generation
@@ -145,10 +145,10 @@ class Runner:
         if config.kind != "suffix" or not config.global_cache:
             return self.setup.drafters[config.name]
         if repeat is None:
-            return suffix_drafter(config)
+            return self.setup.new_drafter(config)
         key = (config.name, repeat)
         if key not in self._suffix:
-            self._suffix[key] = suffix_drafter(config)
+            self._suffix[key] = self.setup.new_drafter(config)
         return self._suffix[key]
 
     def run_one(self, p: Prepared, config: Config, max_tokens: int | None = None, repeat: int | None = None) -> dict:
@@ -165,7 +165,7 @@ class Runner:
             params=p.params, ignore_eos=self.settings.ignore_eos,
             # a global suffix index carries its acceptance statistics across the requests it serves
             policy=make_policy(config.policy, config.k or 0, target, draft_engine,
-                               shared=getattr(drafter, "policy_stats", None)),
+                               shared=drafter.policy_stats if drafter is not None else None),
         )
         # Verify time by draft length, and drafting after the first decode
         # round (whose draft cost includes the drafter reading the prompt).

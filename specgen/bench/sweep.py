@@ -13,10 +13,9 @@ import time
 from typing import Callable, Sequence
 
 from specgen.bench.configs import Config
-from specgen.bench.models import Setup, suffix_drafter
+from specgen.bench.models import Setup
 from specgen.bench.records import serve_record
 from specgen.bench.runner import WARMUP_TOKENS, Prepared, Settings, Timing, run_order
-from specgen.drafters.lookup import PromptLookup
 from specgen.errors import SpecgenError
 from specgen.session import make_gate, make_policy
 from specgen.serve.scheduler import MAX_SLOTS, Job, Server, max_concurrency, need_tokens
@@ -70,13 +69,13 @@ class SweepRunner:
         setup, k = self.setup, config.k or 0
         draft_engine = setup.draft_engines.get(config.name)
         drafter = setup.drafters.get(config.name)  # one drafter for every slot (a draft model: its own context)
-        if config.kind == "lookup":
-            drafter = PromptLookup(config.ngram_max, config.ngram_min)  # fresh indexes for this server
-        elif config.kind == "suffix":  # a fresh global index (if on) per batch: no request sees its own earlier output
-            drafter = suffix_drafter(config)
+        if config.kind in ("lookup", "suffix"):
+            # fresh indexes for this server: a global suffix index (if on) per batch, so no
+            # request sees its own earlier output
+            drafter = setup.new_drafter(config)
         # Each request learns its own acceptance, as in a sequential run; only a
         # drafter that carries an index across requests carries its statistics too.
-        shared = getattr(drafter, "policy_stats", None)
+        shared = drafter.policy_stats if drafter is not None else None
 
         def new_policy():
             return make_policy(config.policy, k, setup.target, draft_engine, shared=shared)

@@ -146,7 +146,7 @@ def bench(
             check_writable(path, flag)
 
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers)
-    render.note_translated(any(getattr(d, "translated", False) for d in setup.drafters.values()))
+    render.note_translated(any(d is not None and d.translated for d in setup.drafters.values()))
     sink = None
     try:
         names = [c.name for c in setup.configs]
@@ -240,7 +240,7 @@ def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, thr
         if path is not None:
             check_writable(path, flag)
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, n_seq_max=max(levels))
-    render.note_translated(any(getattr(d, "translated", False) for d in setup.drafters.values()))
+    render.note_translated(any(d is not None and d.translated for d in setup.drafters.values()))
     sink = None
     try:
         names = [c.name for c in setup.configs]

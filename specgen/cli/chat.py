@@ -193,9 +193,8 @@ def chat(
     from specgen.apps.chat import ContextFull, Conversation, format_for, message_text, parse_command
     from specgen.decode.generation import Generation
     from specgen.decode.stats import Stats
-    from specgen.drafters.lookup import PromptLookup
     from specgen.engine.llama import common_prefix
-    from specgen.session import DEFAULT_DRAFT_MAX, ModelOptions, open_models
+    from specgen.session import DEFAULT_DRAFT_MAX, ModelOptions, open_session
 
     note = render.note
     check_max_tokens(max_tokens)
@@ -212,7 +211,7 @@ def chat(
             import readline  # noqa: F401 - line editing and history for input()
         except ImportError:
             pass
-    loaded = open_models(opts)
+    loaded = open_session(opts)
     render.note_translated(loaded.translated)
     try:
         target = loaded.target
@@ -221,7 +220,8 @@ def chat(
         model_drafter = loaded.drafter if loaded.mode == "draft" else None
         state = _ChatState(
             loaded, model_drafter,
-            lookup_drafter=loaded.drafter if loaded.mode in ("lookup", "suffix") else PromptLookup(ngram_max, ngram_min or 1),
+            lookup_drafter=(loaded.drafter if loaded.mode in ("lookup", "suffix")
+                            else loaded.new_drafter(replace(loaded.drafter_options, kind="lookup"))),
             spec=loaded.mode != "plain",
             use_lookup=model_drafter is None,
             k=loaded.draft_max or draft_max or DEFAULT_DRAFT_MAX["draft" if model_drafter else "lookup"],
@@ -344,7 +344,7 @@ def rewrite(
     from specgen.apps import rewrite as rw
     from specgen.apps.chat import format_for
     from specgen.decode.generation import Generation
-    from specgen.session import ModelOptions, open_models
+    from specgen.session import ModelOptions, open_session
 
     note = render.note
     check_max_tokens(max_tokens)
@@ -356,7 +356,7 @@ def rewrite(
     rw.check_options(file, output, in_place, no_backup)
     src = rw.read_source(file, read_stdin_bytes, rw.max_bytes_for(ctx_size))
     plan = rw.plan_output(src, output, in_place, no_backup)
-    loaded = open_models(opts)
+    loaded = open_session(opts)
     render.note_translated(loaded.translated)
     try:
         target = loaded.target

@@ -9,7 +9,7 @@ per-request speedup against the baseline).
 
 from __future__ import annotations
 
-from specgen.cli import render, render_bench
+from specgen.cli import render_bench
 from specgen.cli.render import pct
 from specgen.cli.render_bench import _num, _x, level_label
 

@@ -71,7 +71,7 @@ def run(
 ) -> None:
     """Generate a completion, streaming tokens; stats on stderr."""
     from specgen.decode.generation import Generation
-    from specgen.session import ModelOptions, open_models
+    from specgen.session import ModelOptions, open_session
 
     check_max_tokens(max_tokens)
     params = sampling_params(temp, top_k, top_p, min_p, seed)
@@ -80,7 +80,7 @@ def run(
                         tree_width=tree_width)
     opts.validate()
     text_in = read_prompt(prompt, file)
-    loaded = open_models(opts)
+    loaded = open_session(opts)
     render.note_translated(loaded.translated)
     try:
         target = loaded.target

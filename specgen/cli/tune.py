@@ -52,13 +52,13 @@ def tune(
     from specgen.engine.costs import cost_profile
     from specgen.decode.generation import Generation
     from specgen.errors import SpecgenError
-    from specgen.session import ModelOptions, open_models
+    from specgen.session import ModelOptions, open_session
 
     if k_max < 1 or requests < 1 or max_tokens < 2:
         raise SpecgenError("tune needs -k >= 1, --requests >= 1 and -n >= 2")
     opts = ModelOptions(model, draft, lookup, False, pair, k_max, ctx_size, threads, gpu_layers, adaptive="fixed")
     con = render.stderr_console()
-    loaded = open_models(opts)
+    loaded = open_session(opts)
     try:
         con.print("measuring verify cost by row count (1 … 32 rows)…")
         verify = cost_profile(loaded.target, refresh=True)["verify_s"]

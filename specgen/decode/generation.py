@@ -81,9 +81,12 @@ class Generation:
             from specgen.engine.costs import pick_cost
 
             # a translated draft proposes its argmax (a point mass): no sampled pick per drafted token
-            draft_picks = not self.drafter.free and not getattr(self.drafter, "translated", False)
+            draft_picks = not self.drafter.free and not self.drafter.translated
             self.policy.sampling(pick_cost(target.n_vocab, params), draft_picks=draft_picks)
         self.tokens: list[int] = []
+        self.context: list[int] | None = None  # prompt + emitted tokens, from begin()
+        self._start: float | None = None
+        self._finished = False
         self.stats = Stats(prompt_tokens=len(prompt))
         # The target's picks draw one uniform per emitted token from `rng` (plain, and
         # point-mass drafts by sample-and-compare), so a seed gives the same text with
@@ -133,7 +136,7 @@ class Generation:
         drafting to pay that back over this generation; otherwise it catches up
         later, if ever, under the same rule."""
         d = self.drafter
-        if d is None or d.free or not hasattr(d, "prefill"):
+        if d is None or not d.prefills:
             return
         lag = d.lag(self.seq, self.context)
         if lag <= NORMAL_FEED or not self.policy.prefill_pays(lag, self.max_tokens):
@@ -225,10 +228,9 @@ class Generation:
     def _finish(self) -> None:
         """Tell the drafter the whole context once the generation is over (a global
         suffix index remembers it, final round included)."""
-        finish = getattr(self.drafter, "finish", None)
-        if finish is not None and not getattr(self, "_finished", False):
+        if self.drafter is not None and not self._finished:
             self._finished = True
-            finish(self.seq, self.context)
+            self.drafter.finish(self.seq, self.context)
 
     def want(self, k: int) -> Want:
         return Want(self.seq, self.context, k, self.params, self.draft_rng)
@@ -237,9 +239,9 @@ class Generation:
         """Mark the generation as cut short by the caller (e.g. Ctrl-C while printing)."""
         if not self.stats.stop_reason:
             self.stats.stop_reason = "interrupted"
-        if hasattr(self, "_start"):
+        if self._start is not None:
             self.stats.total_s = time.perf_counter() - self._start
-        if hasattr(self, "context"):
+        if self.context is not None:
             self._finish()
 
     def __iter__(self) -> Iterator[Round]:
@@ -279,7 +281,7 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
     offers: list[Draft] = [Draft() for _ in live]
     t0 = time.perf_counter()
     free = drafter is not None and drafter.free
-    if free or hasattr(drafter, "offer"):
+    if free or (drafter is not None and drafter.offers):
         asks = [i for i, (g, lim) in enumerate(live) if lim > 0]
         wants = [live[i][0].want(live[i][1]) for i in asks]
         for i, d in zip(asks, drafter.propose(wants) if free else drafter.offer(wants)):
@@ -293,7 +295,7 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
             lim = max(0, min(lim, max_rows - rows - 1 - later))
             live[i] = (g, lim)
         offered = min(len(offers[i].tokens), lim)
-        model_limit = 0 if free or drafter is None else min(lim, getattr(drafter, "model_max", None) or lim)
+        model_limit = 0 if free or drafter is None else min(lim, drafter.model_max or lim)
         k, take = (g.policy.choose_offer(offers[i].key, offered, model_limit,
                                          g.situation(rows + later, tokens + later, offers[i].counts[:offered], group))
                    if lim > 0 else (0, True))

@@ -59,7 +59,7 @@ class TreeGeneration(Generation):
         super().__init__(target, prompt, drafter, **kw)
         if tree_width < 1:
             raise SpecgenError(f"--tree-width must be >= 1 (got {tree_width})")
-        if self.drafter is not None and not hasattr(self.drafter, "propose_tree"):
+        if self.drafter is not None and not self.drafter.trees:
             raise SpecgenError(f"the {self.drafter.name} drafter cannot propose trees (use --suffix)")
         self.tree_width = tree_width
         self.scratch = list(range(self.seq + 1, self.seq + tree_width))

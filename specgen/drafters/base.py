@@ -14,7 +14,8 @@ bulk catch-up of its cache (its prompt prefill, the tokens settled while it sat
 out), so a policy never books a prefill as a draft step.
 
 To add a drafter, subclass `PerSequence` (independent per-sequence state) or
-implement the four members of `Drafter`. A costly drafter may also `offer`
+`Drafter`, and declare what it can do beyond `propose` (`Drafter`'s docstring
+lists the capabilities). A costly drafter may also `offer`
 free proposals of another drafter (`WithLookup`: a draft model with prompt
 lookup alongside); the policy then chooses, per round, the offer or the model.
 """
@@ -22,7 +23,7 @@ lookup alongside); the policy then chooses, per round, the offer or the model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -64,50 +65,74 @@ class Draft:
         return d
 
 
-class Drafter(Protocol):
-    name: str
-    free: bool  # proposing costs (next to) nothing: draft first, then choose k
+class Drafter:
+    """What every drafter is. Beyond `propose`, a drafter DECLARES what it can do,
+    and the loop and the scheduler read these declarations (never probe for methods):
+
+    - free: proposing costs (next to) nothing, so the loop drafts first and then
+      chooses k from the proposal (prompt lookup, the suffix index); a costly
+      drafter (a draft model) drafts after k is chosen;
+    - prefills: it can read the prompt alongside the target, before the first
+      token (`prefill`);
+    - offers: it offers another drafter's free proposals first (`offer`), and the
+      policy takes the offer or asks it to `propose`; `model_max` caps the k it
+      drafts itself;
+    - trees: it drafts trees (`propose_tree`);
+    - translated: its drafts come through text from another vocabulary (point
+      masses; its cache holds its own token ids, not the target's);
+    - engine: the draft model's engine (its cache per sequence), None for none;
+    - policy_stats: acceptance statistics it carries across generations (a global
+      suffix index), shared by the policies of a server's requests; None: each
+      generation learns its own.
+    """
+
+    name = "drafter"
+    free = True
+    prefills = False
+    offers = False
+    trees = False
+    translated = False
+    engine = None
+    model_max: int | None = None
+    policy_stats: dict | None = None
 
     def begin(self, seq: int) -> None:
         """A new generation starts on sequence `seq` (its context may not extend the last one)."""
 
     def lag(self, seq: int, context: Sequence[int]) -> int:
         """Tokens the drafter must feed before it can draft for this context (0 when free)."""
-
-    # optional: finish(seq, context) -- the generation on `seq` is over with this
-    # whole context (prompt and every emitted token); the loop calls it once
-
-    def propose(self, wants: Sequence[Want]) -> list[Draft]: ...
-
-
-class PerSequence:
-    """A drafter whose sequences are independent: implement `propose_one`."""
-
-    name = "per-sequence"
-    free = True
-
-    def begin(self, seq: int) -> None:
-        pass
+        return 0
 
     def finish(self, seq: int, context: Sequence[int]) -> None:
-        pass
+        """The generation on `seq` is over with this whole context (prompt and every
+        emitted token); the loop calls it once."""
 
-    def lag(self, seq: int, context: Sequence[int]) -> int:
-        return 0
+    def propose(self, wants: Sequence[Want]) -> list[Draft]:
+        raise NotImplementedError
+
+    def prefill(self, seq: int, context: Sequence[int]) -> Draft | None:
+        """(prefills) Read the context now; its cost is reported in `fed_s`. None: it
+        reads the prompt on its first drafting round instead."""
+        raise NotImplementedError
+
+    def offer(self, wants: Sequence[Want]) -> list[Draft]:
+        """(offers) The free proposals offered before the costly drafter is asked."""
+        raise NotImplementedError
+
+    def propose_tree(self, context: Sequence[int], k: int, width: int, seq: int = 0):
+        """(trees) A DraftTree of up to `width` branches and depth k."""
+        raise NotImplementedError
+
+
+class PerSequence(Drafter):
+    """A free drafter whose sequences are independent: implement `propose_one`."""
+
+    name = "per-sequence"
 
     def propose(self, wants: Sequence[Want]) -> list[Draft]:
         return [self.propose_one(w.context, w.k, w.params, w.rng, w.seq) for w in wants]
 
     def propose_one(self, context, k, params=None, rng=None, seq=0) -> Draft:
         raise NotImplementedError
-
-
-# -- prompt lookup -----------------------------------------------------------
-
-
-# -- draft model -------------------------------------------------------------
-
-
-# -- a draft model with prompt lookup alongside -------------------------------
 
 

@@ -51,7 +51,6 @@ class PromptLookup(PerSequence):
     """
 
     name = "lookup"
-    free = True
 
     def __init__(self, ngram_max: int = NGRAM_MAX, ngram_min: int = 1) -> None:
         if not 1 <= ngram_min <= ngram_max:

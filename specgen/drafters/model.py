@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from specgen.drafters.base import Draft, Want
+from specgen.drafters.base import Draft, Drafter, Want
 from specgen.drafters.lookup import PromptLookup
 from specgen.engine.llama import common_prefix
 from specgen.rules.sampling import draw, support
@@ -16,7 +16,7 @@ from specgen.rules.sampling import draw, support
 NORMAL_FEED = 2  # tokens a draft cache lags after a drafting round: its first draft step feeds them
 
 
-class DraftModel:
+class DraftModel(Drafter):
     """A second, smaller GGUF model with its own context: drafts every sequence together.
 
     Per call: each sequence's cache keeps the prefix that still agrees with its
@@ -31,6 +31,7 @@ class DraftModel:
 
     name = "draft"
     free = False
+    prefills = True
 
     def __init__(self, engine, n_shared: int, n_target_vocab: int, p_min: float = 0.0) -> None:
         self.engine = engine
@@ -119,7 +120,7 @@ def top_prob(logits: np.ndarray) -> float:
     return 1.0 / float(np.exp(logits - m, dtype=np.float32).sum())
 
 
-class WithLookup:
+class WithLookup(Drafter):
     """A draft model, with prompt lookup offering its free proposals first.
 
     Where the output copies the prompt (an answer quoting its passage, a
@@ -134,18 +135,17 @@ class WithLookup:
     """
 
     free = False
+    offers = True
 
-    def __init__(self, model, lookup: PromptLookup, model_max: int | None = None) -> None:
+    def __init__(self, model: Drafter, lookup: PromptLookup, model_max: int | None = None) -> None:
         self.model, self.lookup = model, lookup
         # the model's own ceiling on k: a copied run of text pays for longer
         # drafts than a model's steps do, so offers may reach further
         self.model_max = model_max
         self.name = f"{model.name}+lookup"
-        self.translated = bool(getattr(model, "translated", False))
-
-    @property
-    def engine(self):
-        return self.model.engine
+        self.prefills = model.prefills
+        self.translated = model.translated
+        self.engine = model.engine
 
     @property
     def steps(self) -> int:
@@ -159,15 +159,11 @@ class WithLookup:
         return self.model.lag(seq, context)
 
     def prefill(self, seq: int, context: Sequence[int]) -> Draft | None:
-        """The model's prompt prefill; None for a model that reads its prompt on its first round."""
-        prefill = getattr(self.model, "prefill", None)
-        return prefill(seq, context) if prefill is not None else None
+        return self.model.prefill(seq, context)
 
     def finish(self, seq: int, context: Sequence[int]) -> None:
-        for part in (self.model, self.lookup):
-            finish = getattr(part, "finish", None)
-            if finish is not None:
-                finish(seq, context)
+        self.model.finish(seq, context)
+        self.lookup.finish(seq, context)
 
     def offer(self, wants: Sequence[Want]) -> list[Draft]:
         return self.lookup.propose(wants)

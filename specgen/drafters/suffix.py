@@ -102,7 +102,7 @@ class SuffixDrafter(PerSequence):
     """
 
     name = "suffix"
-    free = True
+    trees = True
 
     def __init__(self, *, global_cache: bool = False, choice: str = LATEST, min_match: int = 1,
                  min_global_match: int = MIN_GLOBAL_MATCH, max_global_tokens: int = 1 << 16,

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from specgen.drafters.base import Draft, Want
+from specgen.drafters.base import Draft, Drafter, Want
 from specgen.drafters.model import DraftModel
 from specgen.engine.llama import common_prefix
 from specgen.rules.sampling import SamplingParams
@@ -273,7 +273,7 @@ def to_target(target_tok, stream: Stream, proposed: bytes, k: int) -> list[int]:
 # -- the drafter -----------------------------------------------------------------
 
 
-class TranslatedDraftModel:
+class TranslatedDraftModel(Drafter):
     """A draft model whose vocabulary differs from the target's: drafts through text.
 
     Same interface as DraftModel (one or many sequences, drafted together in
@@ -285,6 +285,7 @@ class TranslatedDraftModel:
 
     name = "draft"
     free = False
+    prefills = True
     translated = True
 
     def __init__(self, target_vocab, engine, p_min: float = 0.0) -> None:

@@ -226,8 +226,7 @@ class Server:
         self.ignore_eos = ignore_eos
         self.gate = gate if self.drafter is not None else None  # a StepGate: do shared steps draft at all?
         self.prompt_cache = prompt_cache
-        # a PromptStore for states saved from slots (needs an engine that saves and loads them)
-        self.store = store if prompt_cache and hasattr(target, "save_seq") else None
+        self.store = store if prompt_cache else None  # a PromptStore for states saved from slots
         self.cached_tokens = 0  # prompt tokens admissions found cached, all requests
         self.steps = 0  # decode_batch calls on the target
         self.step_log: list[tuple[int, int, int]] = []  # (sequences, verify rows, prefill rows) per step
@@ -404,7 +403,7 @@ class Server:
         best = max(self._free, key=lambda s: (shared[s], -self._last_used[s]))
         if shared[best] < SLOT_SIMILARITY * len(prompt):
             best = lru
-        if hasattr(self.target, "copy_prefix") and self._active:
+        if self._active:
             # a running request's prefix (two requests on one passage, one
             # instruction): its cells are shared, not computed again
             src = max(self._active, key=lambda a: common_prefix(self.target.kv_tokens(a.seq), prompt))
@@ -448,7 +447,7 @@ class Server:
         return self.target.load_seq(seq, saved, self.store.take(saved))
 
     def _draft_engine(self):
-        engine = getattr(self.drafter, "engine", None)
+        engine = self.drafter.engine if self.drafter is not None else None
         return engine if engine is not None and engine is not self.target else None
 
     # -- one step ---------------------------------------------------------
@@ -472,7 +471,7 @@ class Server:
         draft = self._draft_engine()
         if draft is not None and not keep:
             draft.truncate(seq, 0)
-        elif draft is not None and not getattr(self.drafter, "translated", False):
+        elif draft is not None and not self.drafter.translated:
             # the draft's cache of the slot: at most what agrees with this prompt (its sync keeps that)
             draft.truncate(seq, common_prefix(draft.kv_tokens(seq), job.prompt))
         self._admissions += 1
@@ -489,7 +488,7 @@ class Server:
         # block, so a free drafter's offers may fill the block (the policies choose
         # within it; a step that prefills is planned plain, its chunk fills the block)
         fill = (not drafts and not prefilling and ROW_GROUP > 1 and len(generating) % ROW_GROUP > 0
-                and len(generating) > 1 and getattr(self.drafter, "free", False))
+                and len(generating) > 1 and self.drafter is not None and self.drafter.free)
         max_rows = -(-len(generating) // ROW_GROUP) * ROW_GROUP if fill else None
         # a gated step that prefills beside drafting sequences: their drafts are planned
         # first, priced as a shared step without the prompt, and the chunk takes the rest

@@ -1,0 +1,68 @@
+"""The one place a drafter is built: `build_drafter(DrafterOptions, ...)`.
+
+Every command (run, chat, rewrite, serve, bench, tune) says what it wants in
+one `DrafterOptions` and gets its drafter here: prompt lookup, the suffix
+index, a draft model (its own vocabulary's ids, or drafting through text when
+the vocabularies differ), with prompt lookup alongside it or not. A draft
+model's engine is opened by the caller (specgen.session, which also checks its
+vocabulary once) and handed in as an `OpenedDraft`; building a drafter opens
+nothing, so a fresh one (new indexes for a new server or repeat) is cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specgen.drafters.automaton import LATEST
+from specgen.drafters.base import Drafter
+from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX, PromptLookup
+from specgen.drafters.model import DraftModel, WithLookup
+from specgen.drafters.suffix import SuffixDrafter
+from specgen.drafters.translated import TranslatedDraftModel
+
+KINDS = ("lookup", "suffix", "model")
+
+
+@dataclass(frozen=True)
+class OpenedDraft:
+    """A draft model's engine with what its vocabulary check found."""
+
+    engine: object  # specgen.engine.llama.Engine
+    same_vocab: bool  # the tokenizers match: drafts are the draft's own ids; else through text
+    n_shared: int  # ids both vocabularies hold (rows are cut to it)
+
+
+@dataclass(frozen=True)
+class DrafterOptions:
+    """What to draft with. kind: lookup | suffix | model."""
+
+    kind: str
+    ngram_max: int = NGRAM_MAX  # prompt lookup's longest n-gram
+    ngram_min: int = 1  # prompt lookup's shortest n-gram; the suffix index's shortest match
+    lookup_alongside: bool = False  # model: prompt lookup offers its free drafts beside the model
+    alongside_ngram_min: int = ALONGSIDE_NGRAM_MIN  # ... matching this many tokens at least
+    model_max: int | None = None  # model alongside lookup: the model's own ceiling on k (None: the round's)
+    p_min: float = 0.0  # model: stop drafting once its top probability falls below this
+    global_cache: bool = False  # suffix: also draft from earlier generations of this drafter
+    suffix_choice: str = LATEST  # suffix: which earlier occurrence's continuation drafts
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown drafter kind '{self.kind}' (choose {', '.join(KINDS)})")
+
+
+def build_drafter(opts: DrafterOptions, target=None, draft: OpenedDraft | None = None) -> Drafter:
+    """The drafter `opts` asks for; a model drafter needs the target (its vocabulary) and the opened draft."""
+    if opts.kind == "lookup":
+        return PromptLookup(opts.ngram_max, opts.ngram_min)
+    if opts.kind == "suffix":
+        return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.ngram_min)
+    if draft is None or target is None:
+        raise ValueError("a model drafter needs the target and an opened draft model")
+    if draft.same_vocab:
+        model: Drafter = DraftModel(draft.engine, draft.n_shared, target.n_vocab, p_min=opts.p_min)
+    else:
+        model = TranslatedDraftModel(target, draft.engine, p_min=opts.p_min)
+    if not opts.lookup_alongside:
+        return model
+    return WithLookup(model, PromptLookup(opts.ngram_max, opts.alongside_ngram_min), model_max=opts.model_max)
