@@ -15,13 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Sequence
 
+from specgen.decode.generation import Generation
 from specgen.drafters.base import Drafter
 from specgen.drafters.build import DrafterOptions, OpenedDraft, build_drafter
 from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
+from specgen.rules.sampling import SamplingParams
 
 
 @dataclass
@@ -110,6 +113,7 @@ class Session:
     policy_name: str = "fixed"
     drafter: Drafter | None = None  # built at open; `new_drafter()` builds a fresh one
     engine_kw: dict = field(default_factory=dict)  # how draft models are opened beside the target
+    tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.decode.tree)
 
     @property
     def draft_engine(self) -> Engine | None:
@@ -144,6 +148,26 @@ class Session:
         """A fresh policy for one generation (its estimates start from the priors)."""
         return make_policy(name or self.policy_name, self.draft_max if k is None else k, self.target,
                            self.draft_engine, shared=shared)
+
+    def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, params: SamplingParams = SamplingParams(),
+                 ignore_eos: bool = False, policy=None) -> Generation:
+        """One generation with the session's drafter and a fresh policy: iterate it for
+        its rounds (`Round`: the tokens each target pass settled); read `stats`, `text`.
+        A str prompt is tokenized as text (no chat template)."""
+        tokens = self.target.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        kw = dict(draft_max=self.draft_max, max_tokens=max_tokens, params=params, ignore_eos=ignore_eos,
+                  policy=policy if policy is not None else self.new_policy())
+        if self.tree_width > 1:
+            from specgen.decode.tree import TreeGeneration
+
+            return TreeGeneration(self.target, tokens, self.drafter, tree_width=self.tree_width, **kw)
+        return Generation(self.target, tokens, self.drafter, **kw)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def close(self) -> None:
         for draft in reversed(list(self.drafts.values())):
@@ -246,7 +270,7 @@ def open_session(opts: ModelOptions, catalog: registry.Catalog | None = None) ->
     kw = dict(n_ctx=opts.ctx_size, n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=n_seq,
               kv_unified=n_seq > 1)
     session = Session(Engine(target_path, **kw), target_path, mode=mode, draft_max=k, drafter_options=drafter_options,
-                      draft_path=draft_path, policy_name=policy_name, engine_kw=kw)
+                      draft_path=draft_path, policy_name=policy_name, engine_kw=kw, tree_width=opts.tree_width)
     try:
         if mode != "plain":
             session.drafter = session.new_drafter()

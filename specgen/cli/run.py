@@ -70,7 +70,6 @@ def run(
     tree_width: Annotated[int, typer.Option("--tree-width", help="With --suffix: draft trees of up to N branches, verified in one pass (off: 1; on 2 CPU cores measured slower, see README).")] = 1,
 ) -> None:
     """Generate a completion, streaming tokens; stats on stderr."""
-    from specgen.decode.generation import Generation
     from specgen.session import ModelOptions, open_session
 
     check_max_tokens(max_tokens)
@@ -84,15 +83,7 @@ def run(
     render.note_translated(loaded.translated)
     try:
         target = loaded.target
-        tokens = target.tokenize(text_in)
-        gen_kw = dict(draft_max=loaded.draft_max, max_tokens=max_tokens, params=params, ignore_eos=ignore_eos,
-                      policy=loaded.new_policy())
-        if tree_width > 1:
-            from specgen.decode.tree import TreeGeneration
-
-            gen = TreeGeneration(target, tokens, loaded.drafter, tree_width=tree_width, **gen_kw)
-        else:
-            gen = Generation(target, tokens, loaded.drafter, **gen_kw)
+        gen = loaded.generate(text_in, max_tokens=max_tokens, params=params, ignore_eos=ignore_eos)
         stream = render.TextStream(target, None if json_out else sys.stdout)
         status = render.StatusLine() if not json_out else None
         start = time.perf_counter()

@@ -149,6 +149,11 @@ class Generation:
         self.stats.draft_prefill_s += draft.fed_s + (draft.extra_s or 0.0)  # a translated draft's re-tokenizing too
 
     @property
+    def text(self) -> str:
+        """What has been generated so far, as text."""
+        return self.target.detokenize(self.tokens)
+
+    @property
     def done(self) -> bool:
         return bool(self.stats.stop_reason)
 
