@@ -1,0 +1,118 @@
+"""The house rules of docs/architecture.md, read from the code's own imports and definitions.
+
+Every import counts: at module level, inside functions, under TYPE_CHECKING.
+"""
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "specgen"
+
+# Higher imports lower, never the reverse; a folder's modules may import each other.
+RANK = {
+    "__main__": 95, "cli": 90, "api": 85, "bench": 80, "serve": 70, "session": 60, "decode": 50,
+    "drafters": 40, "engine": 30, "policy": 20, "rules": 20, "models": 20, "apps": 20, "errors": 0, "": 0,
+}
+# the drafters' classes: built in specgen/drafters/build.py only
+DRAFTER_CLASSES = ("PromptLookup", "SuffixDrafter", "DraftModel", "TranslatedDraftModel", "WithLookup")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The specgen modules `name` imports (a `from X import y` of a submodule counts y)."""
+    found = set()
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("specgen")}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if not base.startswith("specgen"):
+                continue
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                found.add(sub if sub in MODULES else base)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_folder_has_a_rank():
+    assert {_folder(m) for m in MODULES} <= set(RANK), "a new folder: give it a place in RANK and docs/architecture.md"
+
+
+def test_no_import_runs_up_a_layer():
+    upward = [f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
+              if _folder(a) != _folder(b) and RANK[_folder(a)] <= RANK[_folder(b)]]
+    assert not upward
+
+
+def test_no_import_circle():
+    state: dict[str, int] = defaultdict(int)  # 0 new, 1 on the path, 2 done
+    circles = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(GRAPH[m]):
+            if state[d] == 1:
+                circles.append(" -> ".join(path[path.index(d):] + [d]))
+            elif state[d] == 0:
+                visit(d, path + [d])
+        state[m] = 2
+
+    for m in MODULES:
+        if state[m] == 0:
+            visit(m, [m])
+    assert not circles
+
+
+def test_files_stay_small_and_the_top_level_stays_short():
+    big = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
+    assert not big
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(top) <= 6, top
+
+
+def _calls(name: str) -> list[str]:
+    hits = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
+                hits.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return hits
+
+
+@pytest.mark.parametrize("cls", DRAFTER_CLASSES)
+def test_drafters_are_built_in_one_place(cls):
+    places = {p.split(":")[0] for p in _calls(cls)}
+    # a translated draft drives a DraftModel of its own vocabulary inside itself
+    allowed = {"specgen/drafters/build.py"} | ({"specgen/drafters/translated.py"} if cls == "DraftModel" else set())
+    assert places <= allowed and "specgen/drafters/build.py" in places, places
+
+
+def test_capabilities_are_declared_not_probed():
+    assert len(_calls("hasattr")) <= 1, _calls("hasattr")
