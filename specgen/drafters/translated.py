@@ -34,6 +34,7 @@ The tokenizers are duck typed (specgen.engine.llama.Engine or a test fake):
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -89,11 +90,14 @@ def _split_at(pieces: Sequence[bytes], cut: int) -> tuple[int, int]:
     return len(pieces), 0
 
 
+_BYTE_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer → its byte tokens
+
+
 def byte_tokens(tok) -> dict[int, int]:
     """byte → a token whose piece is that single byte, for the UTF-8 continuation
     bytes at least (scanned once per tokenizer, on first need, until those are
     found: byte tokens come first in the usual vocabularies, ids < 500 in Gemma's)."""
-    table = getattr(tok, "_specgen_byte_tokens", None)
+    table = _BYTE_TOKENS.get(tok)
     if table is None:
         table = {}
         for t in range(int(tok.n_vocab)):
@@ -102,7 +106,7 @@ def byte_tokens(tok) -> dict[int, int]:
                 table[p[0]] = t
                 if all(b in table for b in range(0x80, 0xC0)):
                     break
-        tok._specgen_byte_tokens = table
+        _BYTE_TOKENS[tok] = table
     return table
 
 
