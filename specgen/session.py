@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specgen.models import registry
+from specgen.models.catalog import Catalog, load_catalog
 from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX, PromptLookup
 from specgen.drafters.model import DraftModel, WithLookup
 from specgen.drafters.base import Drafter
@@ -185,9 +186,9 @@ def make_suffix_drafter(opts: ModelOptions):
     return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.lookup_ngram_min())
 
 
-def open_models(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Loaded:
+def open_models(opts: ModelOptions, catalog: Catalog | None = None) -> Loaded:
     opts.validate()
-    catalog = catalog or registry.load_catalog()
+    catalog = catalog or load_catalog()
     model_ref, draft_ref, draft_max = opts.model, opts.draft, opts.draft_max
     if opts.pair:
         pair = registry.resolve_pair(opts.pair, catalog)
