@@ -96,7 +96,8 @@ def main() -> None:
     import specgen.engine.costs
     from specgen.bench.requests import request_tokens
     from specgen.session import ModelOptions, open_session
-    from specgen.models.registry import cache_dir, resolve_model
+    from specgen.models.cache import cache_dir
+    from specgen.models.registry import resolve_model
     from specgen.rules.sampling import SamplingParams
 
     specgen.engine.costs.cost_profile = lambda engine, **_: synthetic_profile(engine)

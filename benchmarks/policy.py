@@ -36,7 +36,8 @@ FIXED = [1, 2, 3, 4, 6, 8]
 
 def models():
     from conftest import make_f32_target, make_q4_0_draft
-    from specgen.models.registry import cache_dir, resolve_model
+    from specgen.models.cache import cache_dir
+    from specgen.models.registry import resolve_model
 
     base = resolve_model(None)
     d = cache_dir() / "test-drafts"

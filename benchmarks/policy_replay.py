@@ -105,7 +105,7 @@ def run(args, models) -> int:
     from specgen.engine.llama import Engine
     from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware
     from specgen.policy.base import FixedK
-    from specgen.models.registry import cache_dir
+    from specgen.models.cache import cache_dir
 
     class Fixed(FixedK):
         def __init__(self, k: int) -> None:

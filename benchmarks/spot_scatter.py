@@ -30,7 +30,8 @@ def main() -> None:
 
     from specgen.engine.costs import INFLATED, SPOT_ROWS, measure_verify, spot_check
     from specgen.engine.llama import Engine
-    from specgen.models.registry import cache_dir, resolve_model
+    from specgen.models.cache import cache_dir
+    from specgen.models.registry import resolve_model
 
     for name in args.models.split(","):
         if name == "default":

@@ -166,7 +166,8 @@ def main() -> None:
 
     from specgen.bench.requests import request_tokens
     from specgen.session import ModelOptions, open_session
-    from specgen.models.registry import cache_dir, resolve_model
+    from specgen.models.cache import cache_dir
+    from specgen.models.registry import resolve_model
     from specgen.rules.sampling import SamplingParams
 
     tpath = resolve_model(None)

@@ -306,7 +306,8 @@ def main(argv=None) -> None:
     from specgen.bench.requests import request_tokens
     from specgen.engine.costs import cost_profile, pick_cost
     from specgen.engine.llama import Engine
-    from specgen.models.registry import cache_dir, resolve_model
+    from specgen.models.cache import cache_dir
+    from specgen.models.registry import resolve_model
     from specgen.rules.sampling import SamplingParams
 
     tpath = resolve_model(None)

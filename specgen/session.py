@@ -24,6 +24,7 @@ from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
+from specgen.models.catalog import Catalog, load_catalog
 from specgen.rules.sampling import SamplingParams
 
 
@@ -238,10 +239,10 @@ def make_gate(policy_name: str):
     return StepGate() if policy_name == "cost" else None
 
 
-def open_session(opts: ModelOptions, catalog: registry.Catalog | None = None) -> Session:
+def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
     """Open what `opts` asks for: the target, its draft model if any, the drafter."""
     opts.validate()
-    catalog = catalog or registry.load_catalog()
+    catalog = catalog or load_catalog()
     model_ref, draft_ref, draft_max = opts.model, opts.draft, opts.draft_max
     if opts.pair:
         pair = registry.resolve_pair(opts.pair, catalog)

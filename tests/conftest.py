@@ -49,14 +49,14 @@ def requantize(source: Path, out: Path, kind: str) -> Path:
 
 @pytest.fixture(scope="session")
 def draft_path(gemma_path) -> Path:
-    from specgen.models.registry import cache_dir
+    from specgen.models.cache import cache_dir
 
     return make_q4_0_draft(gemma_path, cache_dir() / "test-drafts" / "gemma-3-270m-q4_0.gguf")
 
 
 @pytest.fixture(scope="session")
 def f32_path(gemma_path) -> Path:
-    from specgen.models.registry import cache_dir
+    from specgen.models.cache import cache_dir
 
     return make_f32_target(gemma_path, cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf")
 

@@ -20,7 +20,8 @@ from typing import ClassVar
 import huggingface_hub.constants as hf_constants
 import pytest
 
-from specgen.models.registry import ModelEntry, is_present, resolve_model
+from specgen.models.catalog import ModelEntry
+from specgen.models.registry import is_present, resolve_model
 
 from helpers import error_of
 from registry_helpers import COMMIT, isolated, tiny, write_toml  # noqa: F401 (fixtures)

@@ -17,9 +17,9 @@ import pytest
 
 from specgen.models import registry
 from specgen.errors import SpecgenError
-from specgen.models.registry import (
-    DEFAULT_MODEL, ModelEntry, check_gguf, is_present, load_catalog, pull, resolve_model, resolve_pair,
-)
+from specgen.models.catalog import DEFAULT_MODEL, ModelEntry, load_catalog
+from specgen.models.gguf import check_gguf, read_header
+from specgen.models.registry import is_present, pull, resolve_model, resolve_pair
 
 from helpers import error_of
 from registry_helpers import COMMIT, fake_hf_cache, isolated, tiny, write_toml  # noqa: F401 (fixtures)
@@ -196,7 +196,7 @@ def test_unreadable(tiny, monkeypatch):
 
 
 def test_tensor_data_end_is_exact(tiny):
-    h = registry._read_header(tiny)
+    h = read_header(tiny)
     size = tiny.stat().st_size
     assert h.n_tensors == 2 and h.version == 3
     assert 0 <= size - h.data_end < 32  # only the final alignment padding follows

