@@ -224,12 +224,3 @@ def global_cache_on(value: OnOff | str, suffix: bool, needs: str = "--suffix") -
     if on and not suffix:
         raise SpecgenError(f"--global-cache on needs {needs} (only the suffix index drafts from earlier requests)")
     return on
-
-
-def sampling_params(temp: float, top_k: int, top_p: float, min_p: float, seed: int | None):
-    """SamplingParams from the sampling options, checked."""
-    from specgen.rules.sampling import SamplingParams
-
-    params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    params.validate()
-    return params
