@@ -72,7 +72,7 @@ def main(argv: List[str] | None = None) -> None:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `specgen`: show help
             sys.stdout.write(exc.format_message() + "\n")
             raise SystemExit(0) from None
-        _fail(exc.format_message() if hasattr(exc, "format_message") else str(exc))
+        _fail(exc.format_message())
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except BrokenPipeError:

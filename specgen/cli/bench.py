@@ -19,23 +19,7 @@ from typing_extensions import Annotated
 
 import specgen.cli.render as render
 import specgen.cli.render_bench as render_bench
-from specgen.cli.options import (
-    CtxOpt,
-    GlobalCacheOpt,
-    IgnoreEosOpt,
-    JsonOpt,
-    MaxTokOpt,
-    MinPOpt,
-    ModelOpt,
-    NglOpt,
-    SeedOpt,
-    TempOpt,
-    ThreadsOpt,
-    TopKOpt,
-    TopPOpt,
-    OnOff,
-    retold,
-)
+from specgen.cli.options import MACHINE, SAMPLING, OnOff, Told, takes
 from specgen.cli.bench_out import MemorySink, check_writable, write_report
 from specgen.errors import SpecgenError
 
@@ -46,21 +30,26 @@ CONFIG_HELP = (
     "lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P], P = fixed (default), cost or heuristic; with an adaptive policy k is the ceiling. Default: lookup:k=8."
 )
 # The shared options, told as a bench sees them: per request, and the same for every configuration.
-TargetOpt = retold(ModelOpt, "Target model (path, models.toml name or hf: reference). Default: the embedded Gemma 3 270M.")
-RequestMaxTokOpt = retold(MaxTokOpt, "Tokens per request, unless the request sets max_tokens.")
-FixedLengthOpt = retold(IgnoreEosOpt, "Always generate max_tokens (fixed-length comparisons).")
-RequestTempOpt = retold(TempOpt, "Temperature for requests that set none; 0 = greedy.")
-RequestTopKOpt = retold(TopKOpt, "Top-k for sampled requests (0 = off).")
-RequestTopPOpt = retold(TopPOpt, "Top-p for sampled requests.")
-RequestMinPOpt = retold(MinPOpt, "Min-p for sampled requests.")
-RequestSeedOpt = retold(SeedOpt, "Seed for requests that set none (same for every configuration).", int)
-SummaryJsonOpt = retold(JsonOpt, "Print the summary as one JSON object on stdout.")
-BenchGlobalCacheOpt = retold(
-    GlobalCacheOpt, "on: every suffix configuration also drafts from the earlier requests of its repeat (global=on), "
-    "one index per repeat and configuration (per batch with --concurrency), so no request drafts from its own earlier output.",
+BENCH_TOLD = dict(
+    model=Told("Target model (path, models.toml name or hf: reference). Default: the embedded Gemma 3 270M."),
+    max_tokens=Told("Tokens per request, unless the request sets max_tokens.", 64),
+    ignore_eos=Told("Always generate max_tokens (fixed-length comparisons)."),
+    temp=Told("Temperature for requests that set none; 0 = greedy."),
+    top_k=Told("Top-k for sampled requests (0 = off)."),
+    top_p=Told("Top-p for sampled requests."),
+    min_p=Told("Min-p for sampled requests."),
+    seed=Told("Seed for requests that set none (same for every configuration).", 0, int),
+    json_out=Told("Print the summary as one JSON object on stdout."),
+    global_cache=Told(
+        "on: every suffix configuration also drafts from the earlier requests of its repeat (global=on), "
+        "one index per repeat and configuration (per batch with --concurrency), so no request drafts from its own earlier output.",
+    ),
 )
 
 
+@takes("requests", "config", "repeats", "out", "resume", "csv_out", "model", "max_tokens", "ignore_eos", *SAMPLING, "limit",
+       "warmup", *MACHINE, "json_out", "concurrency", "report", "endpoint", "endpoint_model", "endpoint_key_env", "endpoint_body",
+       "baseline", "rate", "count", "duration", "timeout", "global_cache", **BENCH_TOLD)
 def bench(
     requests: Annotated[Optional[Path], typer.Argument(help="Requests: JSONL (prompt or messages; optional id, category, max_tokens, temperature, seed) or text, one prompt a line. Default: the bundled set.")] = None,
     config: Annotated[Optional[List[str]], typer.Option("-C", "--config", metavar="CFG", help=CONFIG_HELP)] = None,
@@ -68,20 +57,8 @@ def bench(
     out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Append records (JSONL) here as each request finishes.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue --out: skip requests it already records.")] = False,
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Also write one CSV row per run here.")] = None,
-    model: TargetOpt = None,
-    max_tokens: RequestMaxTokOpt = 64,
-    ignore_eos: FixedLengthOpt = False,
-    temp: RequestTempOpt = 0.0,
-    top_k: RequestTopKOpt = 40,
-    top_p: RequestTopPOpt = 0.95,
-    min_p: RequestMinPOpt = 0.05,
-    seed: RequestSeedOpt = 0,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N requests.")] = None,
     warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="One short untimed run per configuration first.")] = True,
-    ctx_size: CtxOpt = 4096,
-    threads: ThreadsOpt = None,
-    gpu_layers: NglOpt = 0,
-    json_out: SummaryJsonOpt = False,
     concurrency: Annotated[Optional[str], typer.Option("--concurrency", metavar="LEVELS", help="Serve the whole set at once at each level, e.g. 1,2,4,8 (requests share one context, continuous batching): throughput and latency against concurrency, plain vs speculative. With --endpoint: closed loop, that many requests in flight.")] = None,
     report: ReportOpt = None,
     endpoint: Annotated[Optional[List[str]], typer.Option("--endpoint", metavar="NAME=URL", help="Measure an OpenAI-compatible server instead (repeatable, at least two; each is a configuration, the first or --baseline is the baseline), e.g. spec=http://127.0.0.1:8080.")] = None,
@@ -93,7 +70,7 @@ def bench(
     count: Annotated[Optional[int], typer.Option("--count", help="With --endpoint and --concurrency/--rate: requests per level (the set, cycled; default: its size).")] = None,
     duration: Annotated[Optional[float], typer.Option("--duration", metavar="S", help="With --rate: arrivals stop after S seconds per level.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", metavar="S", help="With --endpoint: seconds allowed per request (a slower one is recorded as failed).")] = 300.0,
-    global_cache: BenchGlobalCacheOpt = OnOff.off,
+    *, model, max_tokens, ignore_eos, temp, top_k, top_p, min_p, seed, ctx_size, threads, gpu_layers, json_out, global_cache,
 ) -> None:
     """Serve a batch of requests plain and speculative, side by side; per-request latency change and speedup.
 

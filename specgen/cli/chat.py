@@ -15,44 +15,19 @@ from typing_extensions import Annotated
 
 import specgen.cli.render as render
 from specgen.cli.options import (
-    CtxOpt,
-    DraftMaxOpt,
-    DraftOpt,
-    GlobalCacheOpt,
-    JsonOpt,
-    LookupOpt,
-    MaxTokOpt,
-    MinPOpt,
-    ModelOpt,
-    NglOpt,
-    NgramMaxOpt,
-    NgramMinOpt,
-    NoSpecOpt,
-    PairOpt,
-    SeedOpt,
-    SuffixOpt,
-    TempOpt,
-    TemplateOpt,
-    ThreadsOpt,
-    TopKOpt,
-    TopPOpt,
-    OnOff,
-    check_max_tokens,
-    global_cache_on,
-    read_stdin_bytes,
-    retold,
-    sampling_params,
+    MACHINE, MODEL, NGRAM, SAMPLING, Told, check_max_tokens, global_cache_on, read_stdin_bytes, takes,
 )
-from specgen.drafters.lookup import NGRAM_MAX
 from specgen.errors import SpecgenError
 
 SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
-ReplyMaxTokOpt = retold(MaxTokOpt, "Tokens per reply at most.")
-ChatTempOpt = retold(TempOpt, "Temperature; 0 = greedy. 0.7 keeps a small model from looping; --seed makes it reproducible.")
-ChatJsonOpt = retold(JsonOpt, "When stdout is not a terminal: one JSON object per turn on stdout (the reply and its numbers, as run --json), nothing else.")
-RewriteMaxTokOpt = retold(MaxTokOpt, "Tokens to generate at most (default: twice the file's, within the context).", Optional[int])
-RewriteTemplateOpt = retold(
-    TemplateOpt, "auto (the GGUF's chat template, else a completion-style prompt), none, gguf, gemma, plain, or a Jinja file."
+CHAT_TOLD = dict(
+    max_tokens=Told("Tokens per reply at most.", 512),
+    temp=Told("Temperature; 0 = greedy. 0.7 keeps a small model from looping; --seed makes it reproducible.", 0.7),
+    json_out=Told("When stdout is not a terminal: one JSON object per turn on stdout (the reply and its numbers, as run --json), nothing else."),
+)
+REWRITE_TOLD = dict(
+    max_tokens=Told("Tokens to generate at most (default: twice the file's, within the context).", None, Optional[int]),
+    template=Told("auto (the GGUF's chat template, else a completion-style prompt), none, gguf, gemma, plain, or a Jinja file."),
 )
 
 
@@ -165,42 +140,22 @@ def _read_line(interactive: bool) -> str | None:
     return None if line == "" else line.rstrip("\r\n")
 
 
+@takes("system", *MODEL, "max_tokens", *SAMPLING, *MACHINE, *NGRAM, "template", "suffix", "global_cache", "json_out", **CHAT_TOLD)
 def chat(
     system: SystemOpt = None,
-    model: ModelOpt = None,
-    draft: DraftOpt = None,
-    lookup: LookupOpt = None,
-    no_spec: NoSpecOpt = False,
-    pair: PairOpt = None,
-    draft_max: DraftMaxOpt = None,
-    max_tokens: ReplyMaxTokOpt = 512,
-    temp: ChatTempOpt = 0.7,
-    top_k: TopKOpt = 40,
-    top_p: TopPOpt = 0.95,
-    min_p: MinPOpt = 0.05,
-    seed: SeedOpt = None,
-    ctx_size: CtxOpt = 4096,
-    threads: ThreadsOpt = None,
-    gpu_layers: NglOpt = 0,
-    ngram_max: NgramMaxOpt = NGRAM_MAX,
-    ngram_min: NgramMinOpt = None,
-    template: TemplateOpt = None,
-    suffix: SuffixOpt = False,
-    global_cache: GlobalCacheOpt = OnOff.off,
-    json_out: ChatJsonOpt = False,
+    *, opts, params, max_tokens, temp, seed, draft_max, ngram_max, ngram_min, template, suffix, global_cache, json_out,
 ) -> None:
     """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
     from specgen.apps.chat import ContextFull, Conversation, format_for, message_text, parse_command
     from specgen.decode.generation import Generation
     from specgen.decode.stats import Stats
     from specgen.engine.llama import common_prefix
-    from specgen.session import DEFAULT_DRAFT_MAX, ModelOptions, open_session
+    from specgen.session import DEFAULT_DRAFT_MAX, open_session
 
     note = render.note
     check_max_tokens(max_tokens)
-    params = sampling_params(temp, top_k, top_p, min_p, seed)
-    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
-                        drafter="suffix" if suffix else None, global_cache=global_cache_on(global_cache, suffix))
+    params.validate()
+    global_cache_on(global_cache, suffix)
     opts.validate()
     json_turns = json_out and not sys.stdout.isatty()
     if json_out and not json_turns:
@@ -314,6 +269,8 @@ def chat(
 # -- rewrite ---------------------------------------------------------------------------
 
 
+@takes("file", "instruction", "output", "in_place", "no_backup", "show_diff", *MODEL, "max_tokens", *SAMPLING, *MACHINE, *NGRAM,
+       "template", **REWRITE_TOLD)
 def rewrite(
     file: Annotated[str, typer.Argument(help="The file to rewrite ('-' = stdin).", show_default=False)],
     instruction: Annotated[str, typer.Option("-i", "--instruction", help="What to do with the file.")],
@@ -321,35 +278,17 @@ def rewrite(
     in_place: Annotated[bool, typer.Option("--in-place", help="Replace FILE atomically; the old one is kept as FILE.bak.")] = False,
     no_backup: Annotated[bool, typer.Option("--no-backup", help="With --in-place: keep no FILE.bak.")] = False,
     show_diff: Annotated[bool, typer.Option("--diff", help="Show a unified diff of the change on stderr.")] = False,
-    model: ModelOpt = None,
-    draft: DraftOpt = None,
-    lookup: LookupOpt = None,
-    no_spec: NoSpecOpt = False,
-    pair: PairOpt = None,
-    draft_max: DraftMaxOpt = None,
-    max_tokens: RewriteMaxTokOpt = None,
-    temp: TempOpt = 0.0,
-    top_k: TopKOpt = 40,
-    top_p: TopPOpt = 0.95,
-    min_p: MinPOpt = 0.05,
-    seed: SeedOpt = None,
-    ctx_size: CtxOpt = 4096,
-    threads: ThreadsOpt = None,
-    gpu_layers: NglOpt = 0,
-    ngram_max: NgramMaxOpt = NGRAM_MAX,
-    ngram_min: NgramMinOpt = None,
-    template: RewriteTemplateOpt = None,
+    *, opts, params, max_tokens, draft_max, ctx_size, template,
 ) -> None:
     """Rewrite a file as instructed; prompt lookup drafts from the file by default."""
     from specgen.apps import rewrite as rw
     from specgen.apps.chat import format_for
     from specgen.decode.generation import Generation
-    from specgen.session import ModelOptions, open_session
+    from specgen.session import open_session
 
     note = render.note
     check_max_tokens(max_tokens)
-    params = sampling_params(temp, top_k, top_p, min_p, seed)
-    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min)
+    params.validate()
     opts.validate()
     if not instruction.strip():
         raise SpecgenError("empty instruction: -i/--instruction says what to do with the file")

@@ -1,12 +1,15 @@
 """What the commands read: every shared option, the prompt (stdin read once, here), sampling parameters.
 
-Each option is declared once, with its flags and its usual help text; a
-command whose help says something else takes the same option `retold`.
+Each option is declared once, with its flags, its usual help text and its
+usual default (SHARED); a command names the ones it takes with `takes`, in
+the order its help lists them, `told` where its help or default differs.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import sys
 import typing
 from enum import Enum
@@ -16,6 +19,7 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
+from specgen.drafters.lookup import NGRAM_MAX
 from specgen.errors import SpecgenError, read_text_file
 
 # -- models -------------------------------------------------------------------------
@@ -64,12 +68,107 @@ NglOpt = Annotated[int, typer.Option("-ngl", "--gpu-layers", help="Layers to off
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout at the end, nothing else.")]
 
 
-def retold(option, help: str, type_=None):
-    """The same option (same flags) with a command's own help text, and type where it differs."""
+def retold(option, help: str | None, type_=None):
+    """The same option (same flags) with a command's own help text (None: the usual), and type where it differs."""
     base, info = typing.get_args(option)
     info = copy.copy(info)
-    info.help = help
+    info.help = info.help if help is None else help
     return Annotated[type_ or base, info]
+
+
+# -- which command takes which ---------------------------------------------------------
+
+# Every shared option once: the command parameter it fills, its declaration, its usual default.
+SHARED = {
+    "model": (ModelOpt, None), "draft": (DraftOpt, None), "lookup": (LookupOpt, None), "no_spec": (NoSpecOpt, False),
+    "pair": (PairOpt, None), "draft_max": (DraftMaxOpt, None),
+    "max_tokens": (MaxTokOpt, 256), "temp": (TempOpt, 0.0), "top_k": (TopKOpt, 40), "top_p": (TopPOpt, 0.95),
+    "min_p": (MinPOpt, 0.05), "seed": (SeedOpt, None), "ignore_eos": (IgnoreEosOpt, False),
+    "ctx_size": (CtxOpt, 4096), "threads": (ThreadsOpt, None), "gpu_layers": (NglOpt, 0),
+    "ngram_max": (NgramMaxOpt, NGRAM_MAX), "ngram_min": (NgramMinOpt, None), "adaptive": (AdaptiveOpt, None),
+    "p_min": (PMinOpt, 0.0), "template": (TemplateOpt, None), "suffix": (SuffixOpt, False),
+    "global_cache": (GlobalCacheOpt, OnOff.off), "json_out": (JsonOpt, False),
+}
+# The groups, as the commands list them.
+MODEL = ("model", "draft", "lookup", "no_spec", "pair", "draft_max")
+SAMPLING = ("temp", "top_k", "top_p", "min_p", "seed")  # -> SamplingParams
+MACHINE = ("ctx_size", "threads", "gpu_layers")
+NGRAM = ("ngram_max", "ngram_min")
+POLICY = ("adaptive", "p_min")
+
+_SAME = object()
+
+
+class Told(typing.NamedTuple):
+    """A shared option as one command tells it: its own help, default or type (None / _SAME: the usual one)."""
+
+    help: str | None = None
+    default: object = _SAME
+    type_: object = None
+
+
+def _shared_parameter(name: str, how: Told | None) -> inspect.Parameter:
+    option, default = SHARED[name]
+    if how is not None:
+        option = retold(option, how.help, how.type_)
+        default = default if how.default is _SAME else how.default
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=option, default=default)
+
+
+def model_options(values: dict):
+    """The one ModelOptions of a command's values: every option named like one of its fields,
+    --suffix as its drafter and --global-cache as a bool (checked by the command, with global_cache_on)."""
+    from dataclasses import fields
+
+    from specgen.session import ModelOptions
+
+    kw = {f.name: values[f.name] for f in fields(ModelOptions) if f.name in values}
+    if values.get("suffix"):
+        kw["drafter"] = "suffix"
+    if "global_cache" in values:
+        kw["global_cache"] = OnOff(values["global_cache"]) == OnOff.on
+    return ModelOptions(**kw)
+
+
+def sampling(values: dict):
+    """SamplingParams of the sampling options, not yet checked (the command validates it where it always did)."""
+    from specgen.rules.sampling import SamplingParams
+
+    return SamplingParams(temperature=values["temp"], top_k=values["top_k"], top_p=values["top_p"],
+                          min_p=values["min_p"], seed=values["seed"])
+
+
+def takes(*order: str, **retell: Told):
+    """A command's options, in the order its help lists them: shared ones by name (SHARED), its own by
+    parameter name. The command's own options are its parameters before `*`; after it, what it receives:
+    `opts` (one ModelOptions), `params` (SamplingParams) or any option's value by name."""
+
+    def decorate(fn):
+        sig = inspect.signature(fn, eval_str=True)
+        own = {n: p for n, p in sig.parameters.items() if p.kind is not p.KEYWORD_ONLY}
+        wants = [n for n, p in sig.parameters.items() if p.kind is p.KEYWORD_ONLY]
+        unknown = [n for n in order if n not in own and n not in SHARED]
+        unknown += [n for n in own if n not in order] + [n for n in retell if n not in order or n in own]
+        unknown += [n for n in wants if n not in order and n not in ("opts", "params")]
+        unknown += [n for n in SAMPLING if "params" in wants and n not in order]
+        if unknown:
+            raise TypeError(f"{fn.__name__}: not a shared option, or not listed in takes(): {', '.join(unknown)}")
+        parameters = [own[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) if n in own else _shared_parameter(n, retell.get(n))
+                      for n in order]
+
+        @functools.wraps(fn)
+        def command(**values):
+            kw = {n: values[n] for n in own}
+            for n in wants:
+                kw[n] = model_options(values) if n == "opts" else sampling(values) if n == "params" else values[n]
+            return fn(**kw)
+
+        command.__signature__ = inspect.Signature(parameters, return_annotation=sig.return_annotation)
+        command.__annotations__ = {p.name: p.annotation for p in parameters}
+        command.shared = tuple(n for n in order if n not in own)
+        return command
+
+    return decorate
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -125,12 +224,3 @@ def global_cache_on(value: OnOff | str, suffix: bool, needs: str = "--suffix") -
     if on and not suffix:
         raise SpecgenError(f"--global-cache on needs {needs} (only the suffix index drafts from earlier requests)")
     return on
-
-
-def sampling_params(temp: float, top_k: int, top_p: float, min_p: float, seed: int | None):
-    """SamplingParams from the sampling options, checked."""
-    from specgen.rules.sampling import SamplingParams
-
-    params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    params.validate()
-    return params

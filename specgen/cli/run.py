@@ -12,71 +12,21 @@ import typer
 from typing_extensions import Annotated
 
 import specgen.cli.render as render
-from specgen.cli.options import (
-    AdaptiveOpt,
-    CtxOpt,
-    DraftMaxOpt,
-    DraftOpt,
-    IgnoreEosOpt,
-    JsonOpt,
-    LookupOpt,
-    MaxTokOpt,
-    MinPOpt,
-    ModelOpt,
-    NglOpt,
-    NgramMaxOpt,
-    NgramMinOpt,
-    NoSpecOpt,
-    PairOpt,
-    PMinOpt,
-    SeedOpt,
-    SuffixOpt,
-    TempOpt,
-    ThreadsOpt,
-    TopKOpt,
-    TopPOpt,
-    check_max_tokens,
-    read_prompt,
-    sampling_params,
-)
-from specgen.drafters.lookup import NGRAM_MAX
+from specgen.cli.options import MACHINE, MODEL, NGRAM, POLICY, SAMPLING, JsonOpt, check_max_tokens, read_prompt, takes
 
 
+@takes("prompt", "file", *MODEL, "max_tokens", *SAMPLING, "ignore_eos", *MACHINE, *NGRAM, *POLICY, "json_out", "suffix", "tree_width")
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt (after any piped stdin).")] = None,
     file: Annotated[Optional[Path], typer.Option("-f", "--file", help="Read the prompt from FILE ('-' = stdin).")] = None,
-    model: ModelOpt = None,
-    draft: DraftOpt = None,
-    lookup: LookupOpt = None,
-    no_spec: NoSpecOpt = False,
-    pair: PairOpt = None,
-    draft_max: DraftMaxOpt = None,
-    max_tokens: MaxTokOpt = 256,
-    temp: TempOpt = 0.0,
-    top_k: TopKOpt = 40,
-    top_p: TopPOpt = 0.95,
-    min_p: MinPOpt = 0.05,
-    seed: SeedOpt = None,
-    ignore_eos: IgnoreEosOpt = False,
-    ctx_size: CtxOpt = 4096,
-    threads: ThreadsOpt = None,
-    gpu_layers: NglOpt = 0,
-    ngram_max: NgramMaxOpt = NGRAM_MAX,
-    ngram_min: NgramMinOpt = None,
-    adaptive: AdaptiveOpt = None,
-    p_min: PMinOpt = 0.0,
-    json_out: JsonOpt = False,
-    suffix: SuffixOpt = False,
     tree_width: Annotated[int, typer.Option("--tree-width", help="With --suffix: draft trees of up to N branches, verified in one pass (off: 1; on 2 CPU cores measured slower, see README).")] = 1,
+    *, opts, params, max_tokens, ignore_eos, json_out,
 ) -> None:
     """Generate a completion, streaming tokens; stats on stderr."""
-    from specgen.session import ModelOptions, open_session
+    from specgen.session import open_session
 
     check_max_tokens(max_tokens)
-    params = sampling_params(temp, top_k, top_p, min_p, seed)
-    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
-                        adaptive=adaptive, p_min=p_min, drafter="suffix" if suffix else None,
-                        tree_width=tree_width)
+    params.validate()
     opts.validate()
     text_in = read_prompt(prompt, file)
     loaded = open_session(opts)

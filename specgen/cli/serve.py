@@ -16,48 +16,24 @@ import typer
 from typing_extensions import Annotated
 
 import specgen.cli.render as render
-from specgen.cli.options import (
-    AdaptiveOpt, CtxOpt, DraftMaxOpt, DraftOpt, GlobalCacheOpt, IgnoreEosOpt, LookupOpt, MaxTokOpt, MinPOpt, ModelOpt, NglOpt,
-    NgramMaxOpt, NgramMinOpt, NoSpecOpt, OnOff, PairOpt, PMinOpt, SeedOpt, SuffixOpt, TempOpt, TemplateOpt, ThreadsOpt, TopKOpt,
-    TopPOpt, global_cache_on, retold, sampling_params,
-)
-from specgen.drafters.lookup import NGRAM_MAX
+from specgen.cli.options import MACHINE, MODEL, NGRAM, POLICY, SAMPLING, Told, global_cache_on, takes
 
 API_KEY_ENV = "SPECGEN_API_KEY"
-ServeMaxTokOpt = retold(MaxTokOpt, "Default max_tokens of a request that gives none.")
-ServeTemplateOpt = retold(TemplateOpt, "Chat template: auto (default), gguf, gemma, plain or a Jinja file.")
+SERVE_TOLD = dict(
+    max_tokens=Told("Default max_tokens of a request that gives none."),
+    template=Told("Chat template: auto (default), gguf, gemma, plain or a Jinja file."),
+)
 
 
+@takes(*MODEL, "max_tokens", *SAMPLING, "ignore_eos", *MACHINE, *NGRAM, *POLICY, "host", "port", "parallel", "queue", "api_key",
+       "grace", "template", "suffix", "global_cache", "prompt_cache", "cache_ram", **SERVE_TOLD)
 def serve(
-    model: ModelOpt = None,
-    draft: DraftOpt = None,
-    lookup: LookupOpt = None,
-    no_spec: NoSpecOpt = False,
-    pair: PairOpt = None,
-    draft_max: DraftMaxOpt = None,
-    max_tokens: ServeMaxTokOpt = 256,
-    temp: TempOpt = 0.0,
-    top_k: TopKOpt = 40,
-    top_p: TopPOpt = 0.95,
-    min_p: MinPOpt = 0.05,
-    seed: SeedOpt = None,
-    ignore_eos: IgnoreEosOpt = False,
-    ctx_size: CtxOpt = 4096,
-    threads: ThreadsOpt = None,
-    gpu_layers: NglOpt = 0,
-    ngram_max: NgramMaxOpt = NGRAM_MAX,
-    ngram_min: NgramMinOpt = None,
-    adaptive: AdaptiveOpt = None,
-    p_min: PMinOpt = 0.0,
     host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port, printed at start).")] = 8080,
     parallel: Annotated[int, typer.Option("-np", "--parallel", help="Requests decoded together (slots of one context).")] = 4,
     queue: Annotated[int, typer.Option("--queue", help="Requests that may wait for a slot; beyond it, 503 + Retry-After.")] = 64,
     api_key: Annotated[Optional[str], typer.Option("--api-key", help=f"Require 'Authorization: Bearer KEY' (or set {API_KEY_ENV}).")] = None,
     grace: Annotated[float, typer.Option("--grace", help="Seconds running requests may take to finish after SIGINT/SIGTERM.")] = 10.0,
-    template: ServeTemplateOpt = None,
-    suffix: SuffixOpt = False,
-    global_cache: GlobalCacheOpt = OnOff.off,
     prompt_cache: Annotated[bool, typer.Option(
         "--prompt-cache/--no-prompt-cache",
         help="Keep a finished request's cache in its slot; a prompt that shares its prefix prefills only the rest "
@@ -66,11 +42,11 @@ def serve(
         "--cache-ram", metavar="MIB",
         help="Host memory for slot caches saved when their slot is reused, loaded again for a prompt that shares "
              "their prefix (0: slots only).")] = 1024,
+    *, opts, params, model, pair, max_tokens, ignore_eos, template, suffix, global_cache,
 ) -> None:
     """Serve the OpenAI API (chat and completions) with speculative decoding and continuous batching."""
     from specgen.apps.chat import format_for
     from specgen.errors import SpecgenError
-    from specgen.session import ModelOptions
     from specgen.serve.http.app import AppConfig, create_app, http_server, listen
     from specgen.serve.http.loop import EngineLoop
     from specgen.serve.http.schema import Defaults
@@ -85,10 +61,8 @@ def serve(
     if not 0 <= port <= 65535:
         raise SpecgenError(f"--port must be in 0..65535 (got {port})")
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
-    params = sampling_params(temp, top_k, top_p, min_p, seed)
-    opts = ModelOptions(model, draft, lookup, no_spec, pair, draft_max, ctx_size, threads, gpu_layers, ngram_max, ngram_min,
-                        adaptive=adaptive, p_min=p_min, drafter="suffix" if suffix else None,
-                        global_cache=global_cache_on(global_cache, suffix))
+    params.validate()
+    global_cache_on(global_cache, suffix)
     opts.validate()
     con = render.stderr_console()
     sock = listen(host, port)  # before loading: a taken port fails at once

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import typer
 from typing_extensions import Annotated
 
 import specgen.cli.render as render
-from specgen.cli.options import CtxOpt, DraftMaxOpt, DraftOpt, JsonOpt, LookupOpt, MaxTokOpt, ModelOpt, NglOpt, PairOpt, ThreadsOpt, retold
+from specgen.cli.options import MACHINE, DraftMaxOpt, Told, retold, takes
 from specgen.policy.base import expected_tokens, step_rate
 
-SampleMaxTokOpt = retold(MaxTokOpt, "Tokens per request while estimating.")
 KMaxOpt = retold(DraftMaxOpt, "Largest k to consider.", int)
 
 
@@ -34,29 +34,23 @@ def predicted_rates(alphas: list[float], verify_s: list[float], draft_step_s: fl
              "speedup": rate / rates[0]} for k, rate in enumerate(rates)]
 
 
+@takes("model", "draft", "lookup", "pair", "requests", "max_tokens", "k_max", *MACHINE, "json_out",
+       max_tokens=Told("Tokens per request while estimating.", 48), ctx_size=Told(default=2048))
 def tune(
-    model: ModelOpt = None,
-    draft: DraftOpt = None,
-    lookup: LookupOpt = None,
-    pair: PairOpt = None,
     requests: Annotated[int, typer.Option("--requests", help="Bundled requests used to estimate acceptance.")] = 6,
-    max_tokens: SampleMaxTokOpt = 48,
     k_max: KMaxOpt = 16,
-    ctx_size: CtxOpt = 2048,
-    threads: ThreadsOpt = None,
-    gpu_layers: NglOpt = 0,
-    json_out: JsonOpt = False,
+    *, opts, max_tokens, json_out,
 ) -> None:
     """Measure verify / draft costs (cached), estimate acceptance, predict speedup per k."""
     from specgen.bench.requests import load_requests
     from specgen.engine.costs import cost_profile
     from specgen.decode.generation import Generation
     from specgen.errors import SpecgenError
-    from specgen.session import ModelOptions, open_session
+    from specgen.session import open_session
 
     if k_max < 1 or requests < 1 or max_tokens < 2:
         raise SpecgenError("tune needs -k >= 1, --requests >= 1 and -n >= 2")
-    opts = ModelOptions(model, draft, lookup, False, pair, k_max, ctx_size, threads, gpu_layers, adaptive="fixed")
+    opts = replace(opts, draft_max=k_max, adaptive="fixed")
     con = render.stderr_console()
     loaded = open_session(opts)
     try:
