@@ -351,7 +351,7 @@ class Running:
         opts = ModelOptions(model=str(gemma_path), draft_max=4, ctx_size=2048, threads=2, adaptive=adaptive)
         self.serving = open_serving(opts, parallel, prompt_cache=prompt_cache)
         self.engine = EngineLoop(self.serving.new_server, self.serving.target, parallel=parallel, queue_max=queue)
-        defaults = Defaults(SamplingParams(), 64, self.serving.mode, self.serving.draft_max, self.serving.policy_name)
+        defaults = Defaults(SamplingParams(), 64, self.serving.session.mode, self.serving.session.draft_max, self.serving.session.policy_name)
         cfg = AppConfig(self.serving.model_id, defaults, format_for(self.serving.target), api_key=KEY, max_body=64 * 1024)
         self.model = cfg.model_id
         self.engine.start()

@@ -136,6 +136,16 @@ def serve_record(level: int, config_name: str, requests: list[dict], wall: float
 # =============================================================== records file
 
 
+def record_line(path, n: int, line: str) -> tuple[str | None, object]:
+    """Line n of a record file: its record type ("meta", "request", "serve"; None
+    for anything else) and the parsed object; a line that is not JSON is one error."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        raise SpecgenError(f"{path}:{n}: not a bench record (invalid JSON)") from None
+    return (obj.get("type") if isinstance(obj, dict) else None), obj
+
+
 class RecordFile:
     """The JSONL record file: a meta line, then one line per finished request.
 
@@ -172,11 +182,7 @@ class RecordFile:
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise SpecgenError(f"{self.path}:{n}: not a bench record (invalid JSON)") from None
-            kind = obj.get("type") if isinstance(obj, dict) else None
+            kind, obj = record_line(self.path, n, line)
             if kind == "meta":
                 _check_meta(self.path, obj, meta)
             elif kind in ("request", "serve"):

@@ -17,12 +17,12 @@ beside the charts.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Sequence
 
+from specgen.bench.records import record_line
 from specgen.bench.stats import NOISE_BAND, latency_summary, summarize, summarize_sweep
 from specgen.errors import SpecgenError, read_text_file
 from specgen.bench.report_tables import (
@@ -75,11 +75,7 @@ def load_records(path: Path) -> tuple[dict, list[dict]]:
 
 def _record(path: Path, n: int, line: str) -> dict:
     where = f"{path}:{n}: not a bench record"
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError:
-        raise SpecgenError(f"{where} (invalid JSON)") from None
-    kind = obj.get("type") if isinstance(obj, dict) else None
+    kind, obj = record_line(path, n, line)
     if kind == "meta":
         return obj
     if kind == "request":

@@ -8,6 +8,7 @@ with --json.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -124,8 +125,8 @@ def bench(
 
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers)
     render.note_translated(any(d is not None and d.translated for d in setup.drafters.values()))
-    sink = None
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(setup.close)
         names = [c.name for c in setup.configs]
         meta = {
             "specgen": __version__,
@@ -139,6 +140,7 @@ def bench(
             "global_cache": _global_cache_kind(setup.configs, "per-repeat"),
         }
         sink = B.RecordFile(out, meta, resume=resume) if out else MemorySink()
+        stack.callback(sink.close)
         done = sink.done_ids()
         pending = [r for r in reqs if r.id not in done]
         con = render.stderr_console(width_when_piped=True)
@@ -194,14 +196,9 @@ def bench(
                 "out": str(out) if out else None,
                 "csv": str(csv_out) if csv_out else None,
             }
-            sys.stdout.write(json.dumps(obj) + "\n")
-            sys.stdout.flush()
-        if interrupted:
-            raise typer.Exit(130)
-    finally:
-        if sink is not None:
-            sink.close()
-        setup.close()
+            _write_json(obj)
+    if interrupted:
+        raise typer.Exit(130)
 
 
 def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, threads, gpu_layers, json_out, temp, seed, report=None) -> None:
@@ -218,8 +215,8 @@ def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, thr
             check_writable(path, flag)
     setup = B.open_bench(model, configs, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, n_seq_max=max(levels))
     render.note_translated(any(d is not None and d.translated for d in setup.drafters.values()))
-    sink = None
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(setup.close)
         names = [c.name for c in setup.configs]
         prepared = B.Runner(setup, settings).prepare(reqs)
         B.check_concurrency(levels, prepared, setup.target.n_ctx, max((c.k or 0) for c in setup.configs), setup.target.n_batch)
@@ -230,6 +227,7 @@ def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, thr
             "global_cache": _global_cache_kind(setup.configs, "per-batch"),
         }
         sink = B.RecordFile(out, meta, resume=False) if out else MemorySink()
+        stack.callback(sink.close)
         con = render.stderr_console(width_when_piped=True)
         total = len(levels) * len(names) * settings.repeats
         con.print(
@@ -267,14 +265,14 @@ def _sweep(requests, configs, levels, settings, out, model, limit, ctx_size, thr
                 "runs": [{k: v for k, v in r.items() if k != "requests"} for r in records],
                 "out": str(out) if out else None,
             }
-            sys.stdout.write(json.dumps(obj) + "\n")
-            sys.stdout.flush()
-        if interrupted:
-            raise typer.Exit(130)
-    finally:
-        if sink is not None:
-            sink.close()
-        setup.close()
+            _write_json(obj)
+    if interrupted:
+        raise typer.Exit(130)
+
+
+def _write_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
 
 
 def _configs(texts, global_cache: OnOff):

@@ -70,7 +70,7 @@ def serve(
     try:
         serving = open_serving(opts, parallel, ignore_eos=ignore_eos, prompt_cache=prompt_cache,
                                cache_ram_mib=cache_ram)
-        render.note_translated(serving.translated)
+        render.note_translated(serving.session.translated)
         try:
             fmt = format_for(serving.target, template)
         except SpecgenError:
@@ -78,16 +78,16 @@ def serve(
                 raise
             fmt = None  # no usable template: /v1/chat/completions says so
         engine = EngineLoop(serving.new_server, serving.target, parallel=parallel, queue_max=queue)
-        defaults = Defaults(params, max_tokens, serving.mode, serving.draft_max, serving.policy_name)
+        defaults = Defaults(params, max_tokens, serving.session.mode, serving.session.draft_max, serving.session.policy_name)
         aliases = tuple(a for a in (model, pair) if a)
         cfg = AppConfig(serving.model_id, defaults, fmt, aliases, api_key)
         app = create_app(engine, cfg)
         engine.start()
         bound = sock.getsockname()
-        k = f" k≤{serving.draft_max} ({serving.policy_name})" if serving.draft_max else ""
+        k = f" k≤{serving.session.draft_max} ({serving.session.policy_name})" if serving.session.draft_max else ""
         k += " · global index over earlier requests" if opts.global_cache else ""
         con.print(
-            f"specgen serve: {serving.model_id} · {serving.mode}{k} · {parallel} slots, queue {queue}"
+            f"specgen serve: {serving.model_id} · {serving.session.mode}{k} · {parallel} slots, queue {queue}"
             f"{'' if prompt_cache else ' · no prompt cache'}"
             f"{' · API key required' if api_key else ''}", highlight=False,
         )

@@ -31,22 +31,6 @@ class Serving:
     def target(self):
         return self.session.target
 
-    @property
-    def mode(self) -> str:  # plain | lookup | suffix | draft
-        return self.session.mode
-
-    @property
-    def draft_max(self) -> int:
-        return self.session.draft_max
-
-    @property
-    def policy_name(self) -> str:
-        return self.session.policy_name
-
-    @property
-    def translated(self) -> bool:  # the draft model drafts through text (another vocabulary)
-        return self.session.translated
-
     def close(self) -> None:
         self.session.close()
 
