@@ -39,15 +39,16 @@ class Serving:
 
 
 def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False, prompt_cache: bool = True,
-                 cache_ram_mib: int = CACHE_RAM_MIB, catalog=None) -> Serving:
+                 cache_ram_mib: int = CACHE_RAM_MIB, catalog=None, settings=None) -> Serving:
     """Load the target (and its drafter) with `parallel` sequences in one unified
-    context (through loader.open_models, as every command); the scheduler factory."""
+    context (through loader.open_models, as every command); the scheduler factory
+    (`settings`: the schedulers' SchedulerSettings; None: the defaults)."""
     from dataclasses import replace
 
     from specgen.drafters.lookup import PromptLookup
     from specgen.session import make_gate, make_policy, open_models
     from specgen.serve.promptstore import PromptStore
-    from specgen.serve.scheduler import MAX_SLOTS, Server
+    from specgen.serve.scheduler import MAX_SLOTS, SchedulerSettings, Server
 
     if not 1 <= parallel <= MAX_SLOTS:
         raise SpecgenError(f"--parallel must be in 1..{MAX_SLOTS} (got {parallel})")
@@ -65,6 +66,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
 
     # states saved from slots outlive a scheduler that an engine failure replaced
     store = PromptStore(cache_ram_mib << 20) if prompt_cache and cache_ram_mib > 0 else None
+    settings = settings or SchedulerSettings()
 
     def new_server() -> Server:
         drafter = loaded.drafter
@@ -75,7 +77,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
         # (suffix with its global index) carries its statistics too.
         shared = getattr(drafter, "policy_stats", None)
         return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos, prompt_cache=prompt_cache, store=store,
-                      gate=make_gate(loaded.policy_name), new_policy=lambda: make_policy(loaded.policy_name, k, target, loaded.draft_engine, shared=shared))
+                      settings=settings, gate=make_gate(loaded.policy_name), new_policy=lambda: make_policy(loaded.policy_name, k, target, loaded.draft_engine, shared=shared))
 
     owned = [e for e in (loaded.draft_engine, target) if e is not None]
     return Serving(target, loaded.mode, k, loaded.policy_name, _model_id(loaded.target_path), parallel, new_server,
