@@ -205,10 +205,11 @@ def open_draft(target: Engine, path: Path, **engine_kw) -> OpenedDraft:
 
 
 def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None, *,
-                shared: dict | None = None):
+                shared: dict | None = None, **cost_kw):
     """A fresh policy for one generation. cost: from the measured profiles of the
     target (verify curve) and the draft model (one step, bulk feed); `shared`
-    acceptance statistics let a server's requests learn from each other."""
+    acceptance statistics let a server's requests learn from each other;
+    `cost_kw`: further CostAware arguments (e.g. explore_near=False)."""
     from specgen.policy.base import FixedK, Heuristic
     from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware
 
@@ -227,7 +228,7 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
         draft = cost_profile(draft_engine)
         step, feed, curve = draft["verify_s"][1], draft["feed_s"], draft["verify_s"]
     return CostAware(k_max, verify, step, feed, draft_verify_s=curve, shared=shared,
-                            model_prior=DRAFT_MODEL_PRIOR if same_vocab else None)
+                            model_prior=DRAFT_MODEL_PRIOR if same_vocab else None, **cost_kw)
 
 
 def make_gate(policy_name: str):

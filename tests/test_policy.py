@@ -578,8 +578,8 @@ def test_verify_cost_beyond_a_sawtooth_curve_grows_by_its_last_period():
     assert verify_cost([0.0, 0.01], 3) == pytest.approx(0.03)  # one: a line through 0
 
 
-def sampling_policy(draft_picks=False, model_prior=None):
-    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED, model_prior=model_prior)
+def sampling_policy(draft_picks=False, model_prior=None, top_prior=True):
+    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED, model_prior=model_prior, top_prior=top_prior)
     p.sampling(0.002, draft_picks=draft_picks)
     return p
 
@@ -607,8 +607,7 @@ def test_a_low_top_probability_keeps_a_point_mass_model_from_drafting_where_the_
     # on free sampled text (top 0.4) the flat prior 0.6 has the first round draft; scaled, it does not
     ks = {}
     for scaled in (True, False):
-        p = sampling_policy()
-        p.top_prior = scaled
+        p = sampling_policy(top_prior=scaled)
         p.target_top(0.4)
         ks[scaled] = p.rates(p.acceptance(0).rates(8))
     assert max(range(9), key=ks[False].__getitem__) >= 1
@@ -623,8 +622,7 @@ def test_the_top_probability_leaves_lookup_keys_a_sampling_draft_model_and_a_swi
     for q in (sampling_policy(draft_picks=True), sampling_policy(model_prior=(0.6, 2.0))):  # the draft samples
         q.target_top(0.2)
         assert q.expected_tokens(0, 3) == pytest.approx(flat)
-    off = sampling_policy()
-    off.top_prior = False
+    off = sampling_policy(top_prior=False)
     off.target_top(0.2)
     assert off.expected_tokens(0, 3) == pytest.approx(flat)
 

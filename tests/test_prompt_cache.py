@@ -108,7 +108,7 @@ def test_a_prompt_sharing_a_running_requests_prefix_copies_it_and_prefills_the_r
     assert by_id["q2"].cached_tokens == 30 and server.cached_tokens == 30
     for r in done:
         assert r.gen.tokens == sequential(FakeEngine(chain_table(50), n_ctx=512), r.job) and _holds(eng, r)
-    # a match shorter than MIN_COPY is prefilled, not copied
+    # a match shorter than SchedulerSettings.min_copy is prefilled, not copied
     server.submit(Job("q3", list(range(5, 17)) + [44] * 8, max_tokens=8), on_finish=done.append)
     server.step()
     server.submit(Job("q4", list(range(5, 17)) + [46] * 8, max_tokens=2), on_finish=done.append)

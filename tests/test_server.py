@@ -127,10 +127,10 @@ def _events(loop, reqs, before_wait=None):
     return asyncio.run(main())
 
 
-def _engine_loop(eng, slots=1, queue=4):
+def _engine_loop(eng, slots=1, queue=4, **kw):
     from specgen.serve.http.loop import EngineLoop
 
-    el = EngineLoop(lambda: Server(eng, slots), eng, parallel=slots, queue_max=queue)
+    el = EngineLoop(lambda: Server(eng, slots), eng, parallel=slots, queue_max=queue, **kw)
     el.start()
     return el
 
@@ -237,14 +237,11 @@ def _closed_loop_client(el, first: list[Job], then: Job):
     return asyncio.run(main())
 
 
-def test_engine_loop_waits_for_a_client_that_comes_back_after_its_request_ends(monkeypatch):
+def test_engine_loop_waits_for_a_client_that_comes_back_after_its_request_ends():
     """A request ends; its client sends the next at once. The engine waits for it
-    (up to LINGER_S) instead of running the next step a sequence short."""
-    import specgen.serve.http.loop as L
-
-    monkeypatch.setattr(L, "LINGER_S", 1.0, raising=False)  # far above the client's turnaround: the test cannot race
+    (up to linger_s) instead of running the next step a sequence short."""
     eng = SlowFakeEngine(chain_table(50), n_batch=64)
-    el = _engine_loop(eng, slots=2)
+    el = _engine_loop(eng, slots=2, linger_s=1.0)  # far above the client's turnaround: the test cannot race
     try:
         ends = _closed_loop_client(el, [Job("a", [1], max_tokens=3), Job("b", [20], max_tokens=12)], Job("c", [40], max_tokens=3))
     finally:
@@ -257,18 +254,15 @@ def test_engine_loop_waits_for_a_client_that_comes_back_after_its_request_ends(m
     assert el.lingers[1] == 1  # the one request that came back was caught (the other waits caught nothing)
 
 
-def test_engine_loop_does_not_wait_while_requests_queue_or_when_no_one_comes_back(monkeypatch):
-    import specgen.serve.http.loop as L
-
-    monkeypatch.setattr(L, "LINGER_S", 0.05, raising=False)
+def test_engine_loop_does_not_wait_while_requests_queue_or_when_no_one_comes_back():
     eng = SlowFakeEngine(chain_table(50), n_batch=64)
-    el = _engine_loop(eng, slots=1, queue=4)
+    el = _engine_loop(eng, slots=1, queue=4, linger_s=0.05)
     try:  # b waits for a's slot: when a ends, b takes it at once, no wait
         _events(el, [(Job("a", [1], max_tokens=2), []), (Job("b", [20], max_tokens=2), [])])
     finally:
         el.close()
     assert el.lingers[0] <= 1  # at most one, after b (the last), if it ran before the close
-    el = _engine_loop(SlowFakeEngine(chain_table(50), n_batch=64), slots=2)
+    el = _engine_loop(SlowFakeEngine(chain_table(50), n_batch=64), slots=2, linger_s=0.05)
     try:  # a ends and nobody comes back: a wait that catches nothing, and b goes on
         [_, b] = _events(el, [(Job("a", [1], max_tokens=2), []), (Job("b", [20], max_tokens=6), [])])
     finally:

@@ -19,7 +19,7 @@ from specgen.errors import SpecgenError
 from specgen.rules.sampling import SamplingParams
 from specgen.policy.cost import CostAware
 from specgen.policy.base import Situation
-from specgen.serve.scheduler import Job, Server, max_concurrency, need_tokens
+from specgen.serve.scheduler import Job, SchedulerSettings, Server, max_concurrency, need_tokens
 
 
 class MultiFakeEngine(FakeEngine):
@@ -196,10 +196,9 @@ def test_a_seeded_sampled_request_has_plain_text_with_or_without_lookup():
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_batched_draft_model_equals_the_sequential_draft_model(temperature, monkeypatch):
+def test_batched_draft_model_equals_the_sequential_draft_model(temperature):
     """Same tokens, drafts and acceptance as DraftModel run one request at a time (each rng its own;
     steps left as planned: shaping them to whole row blocks changes draft lengths, test_serving_rows)."""
-    monkeypatch.setattr("specgen.serve.scheduler.ROW_GROUP", 1)
     from specgen.drafters.model import DraftModel
 
     rng = np.random.default_rng(1)
@@ -209,7 +208,9 @@ def test_batched_draft_model_equals_the_sequential_draft_model(temperature, monk
     jobs = [Job(f"r{i}", [i + 1, i + 2], max_tokens=12, params=p) for i, p in enumerate(params)]
     draft = MultiFakeEngine(draft_table, n_batch=64)
     batched = DraftModel(draft, 40, 40)
-    out = {r.job.id: r for r in Server(MultiFakeEngine(target_table), 2, draft_max=3, drafter=batched).serve(jobs)}
+    server = Server(MultiFakeEngine(target_table), 2, draft_max=3, drafter=batched,
+                    settings=SchedulerSettings(row_group=1))
+    out = {r.job.id: r for r in server.serve(jobs)}
     for j in jobs:
         gen = Generation(FakeEngine(target_table), j.prompt, DraftModel(FakeEngine(draft_table), 40, 40),
                          draft_max=3, max_tokens=12, params=j.params)

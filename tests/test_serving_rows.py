@@ -1,4 +1,4 @@
-"""Shared steps shaped to whole blocks of ROW_GROUP rows (llama.cpp's CPU gemm takes rows in fours)."""
+"""Shared steps shaped to whole blocks of SchedulerSettings.row_group rows (llama.cpp's CPU gemm takes rows in fours)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ from types import SimpleNamespace
 
 from fakes import FakeEngine, chain_table
 from test_serving import MultiFakeEngine, WrongAfter, sequential
-from specgen.serve import scheduler as serving
 from specgen.decode.generation import fit_rows
 from specgen.drafters.base import Draft
 from specgen.policy.base import MODEL_KEY
-from specgen.serve.scheduler import Job, Server
+from specgen.serve.scheduler import Job, SchedulerSettings, Server
 
 
 class Marginal:
@@ -67,11 +66,7 @@ def test_shared_drafting_steps_hold_whole_blocks_and_outputs_stay_exact():
 def test_row_group_1_leaves_steps_as_planned():
     eng = MultiFakeEngine(chain_table(50), n_ctx=512, n_batch=64)
     jobs = [Job("a", [1], max_tokens=8), Job("b", [20], max_tokens=8), Job("c", [30], max_tokens=8)]
-    old, serving.ROW_GROUP = serving.ROW_GROUP, 1
-    try:
-        Server(eng, 3, draft_max=2, drafter=WrongAfter(50, good=8)).serve(jobs)
-    finally:
-        serving.ROW_GROUP = old
+    Server(eng, 3, draft_max=2, drafter=WrongAfter(50, good=8), settings=SchedulerSettings(row_group=1)).serve(jobs)
     assert any(sum(len(t) for _, _, t, _ in b) == 9 for b in eng.batches)
 
 

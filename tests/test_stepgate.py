@@ -14,7 +14,7 @@ import pytest
 
 from fakes import chain_table
 from test_serving import MultiFakeEngine, WrongAfter, sequential
-from specgen.serve.scheduler import Job, Server
+from specgen.serve.scheduler import Job, SchedulerSettings, Server
 from specgen.policy.stepgate import Tally, StepGate, bucket
 
 
@@ -135,15 +135,16 @@ def test_steps_that_prefill_draft_first_and_the_chunk_takes_the_rest(monkeypatch
     """Requests admitted while others generate: their prompt's chunks share steps
     with verify rows. Under a gate the drafts are planned first (as in a shared
     step without the prompt) and the chunk fills the step up to
-    SHARED_STEP_ROWS, so the prompt never starves; with PREFILL_DRAFTS off those
+    shared_step_rows, so the prompt never starves; with prefill_drafts off those
     steps are plain. Without a gate the policies draft there too."""
     import specgen.serve.scheduler as serving
 
     clock = [0.0]
     monkeypatch.setattr(serving, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    monkeypatch.setattr(serving, "PREFILL_DRAFTS", prefill_drafts)
     eng = TimedEngine(chain_table(32), clock, 0.0001, n_ctx=4096, n_batch=64)
-    server = Server(eng, 2, draft_max=4, drafter=WrongAfter(32, good=4), gate=StepGate(seed=0) if gated else None)
+    settings = SchedulerSettings(prefill_drafts=prefill_drafts)
+    server = Server(eng, 2, draft_max=4, drafter=WrongAfter(32, good=4), gate=StepGate(seed=0) if gated else None,
+                    settings=settings)
     jobs = [Job(f"r{i}", [(i + j) % 32 for j in range(40 + 30 * i)], 20 + 7 * i) for i in range(5)]
     results = server.serve(jobs)
     mixed = [(n, rows, pre) for n, rows, pre in server.step_log if pre and rows]  # prefill beside verify rows
@@ -155,7 +156,7 @@ def test_steps_that_prefill_draft_first_and_the_chunk_takes_the_rest(monkeypatch
     else:
         assert any(rows > 1 for _, rows, _ in mixed), mixed
     if gated and prefill_drafts:  # the drafts first, then a chunk that fills the step to its cap
-        assert all(rows + pre <= serving.SHARED_STEP_ROWS for _, rows, pre in mixed), mixed
-        assert any(rows > 1 and rows + pre >= serving.SHARED_STEP_ROWS - 3 for _, rows, pre in mixed), mixed
+        assert all(rows + pre <= settings.shared_step_rows for _, rows, pre in mixed), mixed
+        assert any(rows > 1 and rows + pre >= settings.shared_step_rows - 3 for _, rows, pre in mixed), mixed
     for r in results:
         assert r.gen.tokens == sequential(MultiFakeEngine(chain_table(32), n_ctx=4096), r.job)

@@ -327,12 +327,12 @@ def fit_rows(live, offers: list[Draft], picks: list[tuple[int, bool]], busy_rows
 
     llama.cpp's CPU matmuls on repacked weights take a batch's rows in gemm
     blocks of 4 and send the 1-3 left over through gemv one row at a time,
-    each about as dear as a whole block: four sequences, 37 ms at 4 rows,
-    60-72 ms at 5-7, 58 ms at 8, 81-89 at 9-11, 81 at 12 (README, "rows in
-    blocks of 4"). So a step of 4m + r rows gets up to 4 - r more drafted
-    tokens where free offers hold them (cheaper and more tokens), else drops
-    r drafted tokens: those each adds the fewest expected tokens. Steps under
-    one group, and draft-model drafts (not yet drawn), are only cut.
+    each about as dear as a whole block (measured:
+    docs/notes/2026-11-serving-knobs.md). So a step of 4m + r rows gets up
+    to 4 - r more drafted tokens where free offers hold them (cheaper and
+    more tokens), else drops r drafted tokens: those each adds the fewest
+    expected tokens. Steps under one group, and draft-model drafts (not yet
+    drawn), are only cut.
     """
     ks = [k for k, _ in picks]
     total = busy_rows + sum(k + 1 for k in ks)

@@ -6,7 +6,7 @@ main branch and up to width - 1 alternatives; the policy cuts the main branch
 to k as for a single draft (k = 0: a plain step); `size_tree` keeps the extra
 nodes that raise expected tokens per second on the policy's verify curve. A
 tree of one branch verifies as a plain draft does. Opt-in (`--tree-width`):
-on a CPU every extra row costs most of a pass (see README, measured).
+on a CPU every extra row costs most of a pass (docs/notes/2026-11-drafting-and-policy.md).
 """
 
 from __future__ import annotations

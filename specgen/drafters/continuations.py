@@ -22,10 +22,8 @@ KEY_SPLIT = 16  # followed by different tokens: a slot whose value varies (a fie
 KEY_GLOBAL = 32  # added to the key of a global match
 AGREED_SHARE = 0.75
 MAX_AGREE_FANOUT = 8  # a state followed by more kinds of token than this is split
-# Shorter matches in other requests are chance (measured: ~1 % of such drafts
-# accepted against 15-35 % for 1-3 token matches in the request itself; with
-# local_at_split, 5 replayed 0.7 % faster than 4 on the agent workload and alike
-# on the bundled one: benchmarks/suffix_replay.py, README).
+# Shorter matches in other requests are chance: few of their drafts are accepted
+# (the figures: docs/notes/2026-11-drafting-and-policy.md).
 MIN_GLOBAL_MATCH = 5
 
 
@@ -107,7 +105,7 @@ def global_drafts(local: int, glob: int, glob_varies: bool, *, min_match: int = 
     whose value differs from request to request) leaves the draft to the
     request's own match, when there is one: earlier requests know the form,
     this one its content (a summary copying this request's ticket, not the last
-    one's). Replayed: +1.35 % on the agent workload, alike on the bundled set."""
+    one's). Replayed: docs/notes/2026-11-drafting-and-policy.md."""
     if glob <= local or glob < min_global_match:
         return False
     return not (local_at_split and glob_varies and local >= min_match)

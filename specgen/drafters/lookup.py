@@ -12,9 +12,7 @@ NGRAM_MAX = 4  # as llama.cpp's lookup: measured better than 3 on copy-heavy pro
 
 # Beside a draft model, lookup offers matches of two tokens or more: a
 # one-token match (a quote, a comma) is a guess the model makes better, and
-# its rejected offers leave the model's cache lagging. Replayed on the bundled
-# requests (benchmarks/policy_replay.py), reformat went from 1.03 to 1.06 of
-# its best fixed k (worst seed 0.92 -> 0.97), the other categories 2-4 % lower.
+# its rejected offers leave the model's cache lagging (replayed: docs/notes/2026-11-drafting-and-policy.md).
 ALONGSIDE_NGRAM_MIN = 2
 
 

@@ -118,16 +118,15 @@ class SuffixDrafter(PerSequence):
         self.max_walk = max_walk
         self.cut_at_split = cut_at_split  # end a draft before a varying field (`split_depth`)
         self.local_at_split = local_at_split  # a varying field's value from this request (`global_drafts`)
-        # give the policy the index's counts along each draft (`path_counts`). Off: replayed on
-        # the agent and bundled workloads they did not choose better lengths (README)
+        # give the policy the index's counts along each draft (`path_counts`). Off: replayed,
+        # they did not choose better lengths (docs/notes/2026-11-drafting-and-policy.md)
         self.counts = counts
         self.global_index = GlobalIndex(max_global_tokens, max_walk) if global_cache else None
         # With the global index, the process also remembers what its drafts were worth:
         # one cost policy's acceptance statistics by Draft.key, shared by the requests that
         # draft from this index (`make_policy(..., shared=drafter.policy_stats)`), as a
-        # server's requests share theirs. Replayed on the agent workload, fresh statistics
-        # per request re-learned each key's acceptance every request (1.38x against 1.45x
-        # llama.cpp's best type, first 6 requests; benchmarks/suffix_replay.py).
+        # server's requests share theirs: fresh statistics per request re-learn each key's
+        # acceptance every request (docs/notes/2026-11-drafting-and-policy.md).
         self.policy_stats: dict | None = {} if global_cache else None
         self._seqs: dict[int, _Local] = {}
 

@@ -19,10 +19,8 @@ import numpy as np
 # Every row count is measured: the curve is a sawtooth, not a line. llama.cpp's
 # CPU kernels for repacked quantized weights (ggml-cpu/repack.cpp) multiply rows
 # in blocks of 4 and the rest one at a time, each at nearly a single row's cost,
-# so 5 rows cost far more than 4, and 7 more than 8. Interpolating between
-# sparse points (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, before 2026-12-01) priced the
-# passes of 5, 7, 9-11, 13-15 and 17 rows 16-44 % below what real rounds took
-# (README, "Why the wall clock lagged the replay").
+# so 5 rows cost far more than 4, and 7 more than 8: interpolating between sparse
+# points underpriced real rounds (docs/notes/2026-12-cost-profiles.md).
 ROW_POINTS = list(range(1, 33))
 # Profiles of another version (interpolated between sparse points) are measured
 # again; a merge keeps only their measured figures (`_trusted`).
@@ -102,10 +100,9 @@ _checked: set[Path] = set()  # profiles spot-checked by this process
 
 SPOT_ROWS = (1, 4)  # a plain step and a short draft's verify pass
 # A pass now under this fraction of its profile's figure shows the profile was
-# inflated (taken while other processes held the CPU), so it is retaken. Spot
-# checks against a profile just taken scattered down to 0.90 (1 row, a 10 ms
-# pass) and 0.97 (4 rows) with the machine busy (README, "Cost profiles a busy
-# machine cannot inflate"); a retake costs seconds, and never makes a profile worse.
+# inflated (taken while other processes held the CPU), so it is retaken; honest
+# profiles stay above it on a busy machine (docs/notes/2026-12-cost-profiles.md).
+# A retake costs seconds, and never makes a profile worse.
 INFLATED = 0.85
 
 

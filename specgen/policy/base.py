@@ -104,9 +104,8 @@ class Situation:
 
 ALONE = Situation()
 # The weight, in earlier occurrences, of the policy's measured acceptance against
-# the index's counts along one draft (`with_counts`). Replayed, 0.25-2 all chose
-# worse lengths than no counts, so the suffix drafter sends none by default
-# (README "Draft lengths from the index's counts").
+# the index's counts along one draft (`with_counts`). The suffix drafter sends no
+# counts by default: replayed, they chose worse lengths (docs/notes/2026-11-drafting-and-policy.md).
 COUNTS_STRENGTH = 1.0
 
 

@@ -21,10 +21,8 @@ from specgen.policy.estimates import Estimates
 
 # A draft model's acceptance before evidence: (mean, weight in rounds). A model
 # paired with a target varies less from request to request than lookup's
-# matches do, so its prior weighs more, and one unlucky round moves it less.
-# Chosen on recorded drafts of the bundled requests (benchmarks/policy_replay.py):
-# against (0.6, 2) it lifted the worst category from 0.95 to 0.96 of the best
-# fixed k and, where drafting cannot pay, the worst request from 0.92 to 0.96 of plain.
+# matches do, so its prior weighs more, and one unlucky round moves it less
+# (replayed: docs/notes/2026-11-drafting-and-policy.md).
 DRAFT_MODEL_PRIOR = (0.7, 6.0)
 
 
@@ -127,10 +125,9 @@ class CostAware(Policy):
     when the draw was wrong. Likewise a draw that favours a longer draft
     than the estimates' best b drafts the shortest k > b it rates above b:
     the positions past b are often unseen, their estimates inherit b's with
-    a wide spread, and one draw lifts them all (a translated draft's k = 1
-    break-even round explored at k = 6 lost 5-10 % over 48 tokens; replayed,
-    benchmarks/translate_replay.py). A probe's round pays the whole catch-up of the draft's
-    cache: the estimates expect plain rounds after it, so nothing amortises it.
+    a wide spread, and one draw lifts them all (a long exploration of a
+    break-even draft loses: docs/notes/2026-11-translated-drafts.md). A
+    probe's round pays the whole catch-up of the draft's cache: the estimates expect plain rounds after it, so nothing amortises it.
     Any other round amortises a catch-up over no more rounds than its estimate
     rests on (the first position's decayed count plus the prior's weight):
     evidence faded back to the prior over a long plain stretch does not buy a
@@ -144,23 +141,26 @@ class CostAware(Policy):
     `round_scale` learns what its drafting rounds really take (draft and
     verify, observed) over what the estimates say, and scales their cost, so
     its choices see the real per-round cost. Other drafters: 1.
+
+    explore_near: past a drafting best, a draw explores only as far as it
+    favours (False: the draw's own best, the earlier rule). top_prior: while
+    sampling, a point-mass draft model's prior is scaled by the target's
+    running top probability (False: the prior as under greedy). Both exist to
+    compare the earlier rules side by side (benchmarks/replay.py translate).
     """
 
     name = "cost"
-    # past a drafting best, a draw explores only as far as it favours (False: the
-    # draw's own best, as before; kept switchable for benchmarks' side-by-side runs)
-    explore_near = True
-    # sampling: a point-mass draft model's prior scaled by the target's running top
-    # probability (False: the prior as under greedy; for benchmarks' side-by-side runs)
-    top_prior = True
-    TOP_RATE = 0.2  # weight of the newest row in that running mean
+    TOP_RATE = 0.2  # weight of the newest row in the running mean of the target's top probability
 
     def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0, feed_s: float = 0.0, *,
                  draft_verify_s: list[float] | None = None,
                  prior: float = 0.6, model_prior: tuple[float, float] | None = None,
-                 decay: float = 0.95, idle_decay: float = 0.98, seed: int = 0, shared: dict | None = None) -> None:
+                 decay: float = 0.95, idle_decay: float = 0.98, seed: int = 0, shared: dict | None = None,
+                 explore_near: bool = True, top_prior: bool = True) -> None:
         super().__init__()
         self.k_max = k_max
+        self.explore_near = explore_near
+        self.top_prior = top_prior
         # the measured profiles, corrected as passes are observed (`Estimates`); the target's
         # and the draft model's apart, as each profile was taken at its own time
         self._target = Estimates(dict(enumerate(verify_s)))
@@ -207,8 +207,8 @@ class CostAware(Policy):
         top probability at the rows tokens were emitted from (1 on copied text,
         where nothing changes). Lookup's keys keep theirs: an n-gram match is
         evidence of copying, where the target is surer than the text around it
-        (replayed, scaling them too lost on copy-heavy requests; README
-        "Sampled drafts' prior follows the target")."""
+        (scaling them too lost on copy-heavy requests, replayed:
+        docs/notes/2026-11-translated-drafts.md)."""
         self.top = top if self.top is None else self.top + self.TOP_RATE * (top - self.top)
 
     def rates(self, alphas: Sequence[float], situation: Situation = ALONE) -> list[float]:
@@ -264,9 +264,7 @@ class CostAware(Policy):
         # that many of its own posterior deviations above its estimate, so the
         # option the evidence knows less about gains more, and an option rated
         # lower is still tried now and then. (Independent draws per option flip
-        # between them on noise alone: replayed over 16 seeds, their worst
-        # seed's category geomeans were 1.5-27 % below one shared draw's;
-        # benchmarks/policy_replay.py.)
+        # between them on noise alone: docs/notes/2026-11-drafting-and-policy.md.)
         z = max(float(self.rng.standard_normal()), 0.0)
         offer, model = self.acceptance(key), self.acceptance(MODEL_KEY)
         take = [step_rate(with_counts(offer.rates(offered, z=z), counts), k, self.verify_s, 0.0, situation,

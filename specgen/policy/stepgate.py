@@ -16,7 +16,7 @@ pays keeps its steps. A sequence alone in its step is not gated: its policy
 measures its own passes.
 
 `drafts(n, prefill=True)` says no: a server that plans a step with a prompt
-beside as a plain one asks so (specgen.serve.scheduler.PREFILL_DRAFTS off); by default
+beside as a plain one asks so (SchedulerSettings.prefill_drafts off); by default
 it asks as for a shared step without the prompt and prices the drafts without
 the prompt's rows. Pure bookkeeping: the scheduler (specgen.serve.scheduler) asks `drafts`
 before it plans a step and reports a shared step without prefill with
@@ -110,9 +110,8 @@ class StepGate:
         the step also prefills a prompt. A step that prefills drafts nothing: its
         prefill rows cost the step's time either way, so the policies' view of
         the step (its tokens per second) sees drafts as nearly free there, while
-        each verify row costs an LM-head pass that prefill rows skip (measured
-        over HTTP at 4 clients: prefill steps took 8.3 s of a 23 s set with
-        drafting in them, 6.1 s in plain decoding)."""
+        each verify row costs an LM-head pass that prefill rows skip (measured:
+        docs/notes/2026-11-drafting-and-policy.md)."""
         if prefill:
             return False
         b = bucket(sequences)

@@ -9,7 +9,8 @@ ONE `decode_batch` over all active sequences, bounded by n_batch:
 - prompt prefill chunks of newly admitted requests, with logits only on a
   prompt's last row, in whatever budget the verify rows leave (beside
   generating sequences whose reserved verify rows leave room under
-  SHARED_STEP_ROWS, the step stays under it: the prompt goes in chunks).
+  `SchedulerSettings.shared_step_rows`, the step stays under it: the prompt
+  goes in chunks).
 
 Acceptance and rollback stay in `Generation.settle` (each sequence rolls back
 its own rejected tail); each request keeps its own seeded rng. Drafting goes
@@ -20,9 +21,9 @@ expected tokens per second, so drafting shrinks as the other rows saturate
 the machine. A `gate` (specgen.policy.stepgate, with the cost policy) decides per
 step whether a step of several sequences drafts at all, from the measured
 throughput of such steps with and without drafts. In a step that prefills a
-prompt beside them (PREFILL_DRAFTS) the drafts are planned first, priced as in
+prompt beside them (`prefill_drafts`) the drafts are planned first, priced as in
 a shared step without the prompt (the prompt's rows would make drafts look
-free), and the prompt's chunk takes the rest of SHARED_STEP_ROWS.
+free), and the prompt's chunk takes the rest of `shared_step_rows`.
 
 The engine must be opened with n_seq_max >= slots; kv_unified=True keeps a
 mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
@@ -35,7 +36,7 @@ share the longest prefix with its prompt (as llama-server picks slots by
 similarity; a match under a tenth of the prompt takes the least recently used
 slot instead), the rest of that slot is removed, and only the new tail is
 prefilled (at least the last prompt token, for its logits); a running request
-whose cache shares MIN_COPY more of the prompt than any free slot lends that
+whose cache shares `min_copy` more of the prompt than any free slot lends that
 prefix instead (`Engine.copy_prefix`: the cells are shared, not computed
 again; two requests on one passage or one set of instructions). Idle slots' cached
 tokens count against the pool: they are evicted, least recently used first,
@@ -68,35 +69,33 @@ from specgen.policy.base import FixedK
 from specgen.rules.sampling import SamplingParams
 
 MAX_SLOTS = 256  # llama.cpp's LLAMA_MAX_SEQ
-# The most rows a step that prefills beside generating sequences may hold.
-# llama.cpp's CPU flash attention takes a tiled path from 64 query rows on,
-# which skips a 64 × 64 tile of the cache only when every pair in it is
-# masked; decode steps interleave the sequences' cells in the unified cache
-# (and a freed slot's cells are refilled one by one), so every tile counts and
-# a prompt chunk's attention spans the whole cache. Below 64 rows each row
-# skips the other sequences' cells one by one. Measured here (Gemma 3 270M, 2
-# threads, three sequences generating in an interleaved cache): 300 prompt
-# tokens took 898 ms in one step and 824 ms in chunks of 60 rows beside the
-# decode rows, which also gave the others 5 steps' tokens instead of 1; alone
-# (nothing generating) chunks lose (600 tokens: 1294 ms whole, 1564 in 63s),
-# so a prompt alone still takes the whole batch.
-SHARED_STEP_ROWS = 63
-# A shared step's rows go to llama.cpp's CPU matmuls in gemm blocks of 4, and
-# the 1-3 left over one by one through gemv, each about as dear as a block
-# (four sequences: 37 ms at 4 rows, 60-72 ms at 5-7, 58 ms at 8): shared steps
-# are shaped to a multiple of ROW_GROUP rows (drafts lengthened from free
-# offers or cut, a prompt chunk that does not end its prompt cut). 1: off.
-ROW_GROUP = 4
-# A running request's cached prefix shared with a new prompt is copied into the
-# new request's slot (llama.cpp's seq_cp: the cells are shared, nothing is
-# computed) when it is at least this much longer than the free slots' best.
-MIN_COPY = 16
-# A step that prefills beside generating sequences may draft (with the gate, the
-# cost policy's servers): the drafts are planned as in a shared step without the
-# prompt, and the chunk fills the rest of SHARED_STEP_ROWS. False: such steps are
-# planned plain (the verify rows of a prefill step cost only their share of it).
-PREFILL_DRAFTS = True
-SLOT_SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity: a smaller match takes the least recently used slot
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """The scheduler's tuning knobs; the defaults are what serving uses.
+    The measurements behind each value: docs/notes/2026-11-serving-knobs.md."""
+
+    # The most rows a step that prefills beside generating sequences may hold:
+    # llama.cpp's CPU flash attention tiles from 64 query rows on, and then a
+    # prompt chunk's attention spans the whole interleaved cache. A prompt
+    # alone still takes the whole batch.
+    shared_step_rows: int = 63
+    # Shared steps are shaped to a multiple of this many rows (drafts lengthened
+    # from free offers or cut, a prompt chunk that does not end its prompt cut):
+    # llama.cpp's CPU matmuls take rows in gemm blocks of 4. 1: off.
+    row_group: int = 4
+    # A running request's cached prefix shared with a new prompt is copied into the
+    # new request's slot (llama.cpp's seq_cp: the cells are shared, nothing is
+    # computed) when it is at least this much longer than the free slots' best.
+    min_copy: int = 16
+    # A step that prefills beside generating sequences may draft (with the gate, the
+    # cost policy's servers): the drafts are planned as in a shared step without the
+    # prompt, and the chunk fills the rest of shared_step_rows. False: such steps are
+    # planned plain (the verify rows of a prefill step cost only their share of it).
+    prefill_drafts: bool = True
+    # llama-server's --slot-prompt-similarity: a smaller match takes the least recently used slot
+    slot_similarity: float = 0.1
 
 
 @dataclass
@@ -192,7 +191,8 @@ class Server:
     drafter: one drafter for every slot (prompt lookup keeps an index per
     sequence; a draft model drafts all sequences together in its own context),
     None for plain decoding. new_policy(): a fresh policy per request; each
-    is told, when it chooses, what the rest of the step holds.
+    is told, when it chooses, what the rest of the step holds. settings: the
+    scheduler's tuning knobs (`SchedulerSettings`; the defaults serve).
     """
 
     def __init__(
@@ -207,6 +207,7 @@ class Server:
         gate=None,
         prompt_cache: bool = True,
         store=None,
+        settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
         if not 1 <= slots <= MAX_SLOTS:
             raise SpecgenError(f"concurrency must be in 1..{MAX_SLOTS} (got {slots})")
@@ -220,6 +221,7 @@ class Server:
             )
         self.target = target
         self.slots = slots
+        self.settings = settings
         self.draft_max = draft_max if drafter is not None else 0
         self.drafter = drafter if self.draft_max else None
         self.new_policy = new_policy or FixedK
@@ -328,7 +330,8 @@ class Server:
         t0 = time.perf_counter()
         before = sum(len(a.gen.tokens) for a in generating)
         prefill = len(generating) < len(active)
-        drafts = self.gate.drafts(len(generating), prefill and not PREFILL_DRAFTS) if self.gate is not None else True
+        plain_prefill = prefill and not self.settings.prefill_drafts
+        drafts = self.gate.drafts(len(generating), plain_prefill) if self.gate is not None else True
         parts, owners = self._build_step(active, generating, drafts)
         views = self.target.decode_batch(parts) if parts else []
         self.steps += bool(parts)
@@ -401,14 +404,14 @@ class Server:
         prompt, cap = job.prompt, len(job.prompt) - 1
         shared = {s: min(common_prefix(self.target.kv_tokens(s), prompt), cap) for s in self._free}
         best = max(self._free, key=lambda s: (shared[s], -self._last_used[s]))
-        if shared[best] < SLOT_SIMILARITY * len(prompt):
+        if shared[best] < self.settings.slot_similarity * len(prompt):
             best = lru
         if self._active:
             # a running request's prefix (two requests on one passage, one
             # instruction): its cells are shared, not computed again
             src = max(self._active, key=lambda a: common_prefix(self.target.kv_tokens(a.seq), prompt))
             n = min(common_prefix(self.target.kv_tokens(src.seq), prompt), cap)
-            if n >= shared[best] + MIN_COPY:  # into the slot whose own cache is least likely wanted
+            if n >= shared[best] + self.settings.min_copy:  # into the slot whose own cache is least likely wanted
                 return lru, n, src.seq
         if self.store is not None:
             saved, n = self.store.best(prompt)
@@ -484,28 +487,30 @@ class Server:
         """The step's parts: verify rows of generating sequences (drafts: False plans
         every one plain), then prefill chunks."""
         prefilling = [a for a in active if a.prefilling]
+        group, cap = self.settings.row_group, self.settings.shared_step_rows
         # a plain shared step of 4m + r sequences: its gemv rows cost about a whole
         # block, so a free drafter's offers may fill the block (the policies choose
         # within it; a step that prefills is planned plain, its chunk fills the block)
-        fill = (not drafts and not prefilling and ROW_GROUP > 1 and len(generating) % ROW_GROUP > 0
+        fill = (not drafts and not prefilling and group > 1 and len(generating) % group > 0
                 and len(generating) > 1 and self.drafter is not None and self.drafter.free)
-        max_rows = -(-len(generating) // ROW_GROUP) * ROW_GROUP if fill else None
+        max_rows = -(-len(generating) // group) * group if fill else None
         # a gated step that prefills beside drafting sequences: their drafts are planned
         # first, priced as a shared step without the prompt, and the chunk takes the rest
-        plan_first = PREFILL_DRAFTS and drafts and self.gate is not None and bool(prefilling and generating)
+        plan_first = (self.settings.prefill_drafts and drafts and self.gate is not None
+                      and bool(prefilling and generating))
         if plan_first:
             # a prompt tail that ends in this step cannot be cut to a block: the drafts
             # fit around its rows (a cached prompt's last token: 1 row beside them)
             tail = sum(len(a.job.prompt) - a.prefilled for a in prefilling)
-            self._plan(generating, self.drafter, tail % ROW_GROUP if tail <= SHARED_STEP_ROWS // 2 else 0, None)
+            self._plan(generating, self.drafter, tail % group if tail <= cap // 2 else 0, None)
             reserved = sum(len(a.planned or ()) for a in generating)
         else:
             reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
         budget = self.target.n_batch - reserved
-        # prefill beside decoding sequences: in chunks under SHARED_STEP_ROWS, unless their
+        # prefill beside decoding sequences: in chunks under shared_step_rows, unless their
         # reservation fills that already (capping then would starve prompts of a busy server)
-        if generating and reserved < SHARED_STEP_ROWS:
-            budget = min(budget, SHARED_STEP_ROWS - reserved)
+        if generating and reserved < cap:
+            budget = min(budget, cap - reserved)
         prefill_parts = []
         for a in prefilling:
             if budget <= 0:
@@ -532,16 +537,15 @@ class Server:
         self.step_log.append((len(parts), sum(len(a.planned or ()) for a in generating), prefill_rows))
         return parts, owners
 
-    @staticmethod
-    def _plan(generating: list[_Active], drafter, busy_rows: int, max_rows: int | None) -> None:
-        for a, rows in zip(generating, plan_step([a.gen for a in generating], drafter, busy_rows, ROW_GROUP, max_rows)):
+    def _plan(self, generating: list[_Active], drafter, busy_rows: int, max_rows: int | None) -> None:
+        gens = [a.gen for a in generating]
+        for a, rows in zip(generating, plan_step(gens, drafter, busy_rows, self.settings.row_group, max_rows)):
             a.planned = rows
 
-    @staticmethod
-    def _fit_chunks(prefill_parts: list, verify_rows: int) -> None:
+    def _fit_chunks(self, prefill_parts: list, verify_rows: int) -> None:
         """Cut a chunk that does not end its prompt so the step's rows are a
-        multiple of ROW_GROUP (its rows go in the next step); in place."""
-        r = (verify_rows + sum(len(c) for _, c, _ in prefill_parts)) % ROW_GROUP
+        multiple of settings.row_group (its rows go in the next step); in place."""
+        r = (verify_rows + sum(len(c) for _, c, _ in prefill_parts)) % self.settings.row_group
         for i in reversed(range(len(prefill_parts)) if r else ()):
             a, chunk, n_logits = prefill_parts[i]
             if n_logits == 0 and len(chunk) > r:

@@ -36,11 +36,12 @@ class Serving:
 
 
 def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False, prompt_cache: bool = True,
-                 cache_ram_mib: int = CACHE_RAM_MIB, catalog=None) -> Serving:
+                 cache_ram_mib: int = CACHE_RAM_MIB, catalog=None, settings=None) -> Serving:
     """Load the target (and its drafter) with `parallel` sequences in one unified
-    context (through open_session, as every command); the scheduler factory."""
+    context (through open_session, as every command); the scheduler factory
+    (`settings`: the schedulers' SchedulerSettings; None: the defaults)."""
     from specgen.serve.promptstore import PromptStore
-    from specgen.serve.scheduler import MAX_SLOTS, Server
+    from specgen.serve.scheduler import MAX_SLOTS, SchedulerSettings, Server
 
     if not 1 <= parallel <= MAX_SLOTS:
         raise SpecgenError(f"--parallel must be in 1..{MAX_SLOTS} (got {parallel})")
@@ -58,6 +59,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
 
     # states saved from slots outlive a scheduler that an engine failure replaced
     store = PromptStore(cache_ram_mib << 20) if prompt_cache and cache_ram_mib > 0 else None
+    settings = settings or SchedulerSettings()
 
     def new_server() -> Server:
         drafter = session.drafter
@@ -68,7 +70,8 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
         # (suffix with its global index) carries its statistics too.
         shared = drafter.policy_stats if drafter is not None else None
         return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos, prompt_cache=prompt_cache,
-                      store=store, gate=make_gate(session.policy_name), new_policy=lambda: session.new_policy(shared=shared))
+                      store=store, settings=settings, gate=make_gate(session.policy_name),
+                      new_policy=lambda: session.new_policy(shared=shared))
 
     return Serving(session, _model_id(session.target_path), parallel, new_server, ignore_eos)
 

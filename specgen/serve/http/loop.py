@@ -8,7 +8,7 @@ text to the request's asyncio queue with call_soon_threadsafe. A stop string
 or a client that went away cancels the request: its slot is free for the next
 step.
 
-After a step that finished requests, the engine waits up to LINGER_S for
+After a step that finished requests, the engine waits up to `linger_s` for
 their slots' next requests before it steps again: a client that sends its
 next request as soon as one ends (an agent, a benchmark's closed loop) would
 otherwise miss the next step, which then runs a sequence short, and requests
@@ -33,7 +33,7 @@ from specgen.serve.scheduler import Job, ServeResult
 
 log = logging.getLogger("specgen.server")
 STEP_LOG_KEEP = 10_000
-LINGER_S = 0.005  # after a step that finished requests: how long to wait for the next ones
+LINGER_S = 0.005  # EngineLoop's default linger_s
 
 
 class Request:
@@ -70,12 +70,13 @@ class EngineLoop:
     """Owns the Server; a bounded number of requests may be in flight (running + waiting)."""
 
     def __init__(self, new_server: Callable[[], object], target, *, parallel: int, queue_max: int,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, linger_s: float = LINGER_S) -> None:
         self.new_server = new_server
         self.server = new_server()
         self.target = target
         self.parallel = parallel
         self.queue_max = queue_max
+        self.linger_s = linger_s  # after a step that finished requests: how long to wait for the next ones
         self.metrics = metrics or Metrics()
         self._inbox: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
@@ -144,7 +145,7 @@ class EngineLoop:
             try:
                 got = self._drain(server, block=not server.busy)
                 if freed and self._stop_at is None:
-                    self._linger(server, freed - got, t_freed + LINGER_S)
+                    self._linger(server, freed - got, t_freed + self.linger_s)
                 freed = 0
                 if self._stop_at is not None:
                     if time.monotonic() >= self._stop_at:
