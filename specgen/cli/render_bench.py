@@ -53,7 +53,7 @@ class BenchProgress:
             self._bar.update(self._task, completed=self._count * runs)
             return
         base = self.names[0]  # plain, or the baseline endpoint
-        parts = [f"{base} {_num(_median_ms(r, base), '{:.0f}')} ms"]
+        parts = [f"{base} {num_text(_median_ms(r, base), '{:.0f}')} ms"]
         for name, s in r["speedup"].items():
             parts.append(f"{name} {_median_ms(r, name):.0f} ms ({s:.2f}×)")
         if r.get("failed"):
@@ -68,11 +68,11 @@ def _median_ms(r: dict, name: str) -> float | None:
     return 1000 * median(lat) if lat else None
 
 
-def _x(v: float | None) -> str:
+def ratio_text(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}×"
 
 
-def _num(v: float | None, fmt: str = "{:.1f}") -> str:
+def num_text(v: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
@@ -91,7 +91,7 @@ def request_table(records, configs):
         for col in ("ms", "Δ ms", "speedup", "acc", "same"):
             t.add_column(f"{c.label} {col}" if col == "ms" else col, justify="right")
     for r in records:
-        row = [r["id"], r["category"], _num(r["prompt_tokens"], "{}"), _num(_median_ms(r, base.name), "{:.0f}")]
+        row = [r["id"], r["category"], num_text(r["prompt_tokens"], "{}"), num_text(_median_ms(r, base.name), "{:.0f}")]
         for c in specs:
             runs = [x for x in r["runs"] if x["config"] == c.name]
             if not runs or c.name not in r["speedup"]:
@@ -134,14 +134,14 @@ def speedup_table(summary: dict, config, base: str = "plain"):
         t.add_row(
             f"[bold]{cat}[/bold]" if cat == "overall" else cat,
             str(g["requests"]),
-            f"{_x(g['median_speedup'])} [{g['median_ci95'][0]:.2f}–{g['median_ci95'][1]:.2f}]",
-            f"{_x(g['geomean_speedup'])} [{g['geomean_ci95'][0]:.2f}–{g['geomean_ci95'][1]:.2f}]",
+            f"{ratio_text(g['median_speedup'])} [{g['median_ci95'][0]:.2f}–{g['median_ci95'][1]:.2f}]",
+            f"{ratio_text(g['geomean_speedup'])} [{g['geomean_ci95'][0]:.2f}–{g['geomean_ci95'][1]:.2f}]",
             pct(g["slower_share"]),
-            f"{_num(tp['plain_tokens_per_s'])}→{_num(tp['spec_tokens_per_s'])}",
+            f"{num_text(tp['plain_tokens_per_s'])}→{num_text(tp['spec_tokens_per_s'])}",
             pct(g["acceptance_rate"]),
-            _num(g["mean_accepted_len"], "{:.2f}"),
-            _x(g["decode_speedup"]),
-            _x(pred["speedup"]) if pred else "-",
+            num_text(g["mean_accepted_len"], "{:.2f}"),
+            ratio_text(g["decode_speedup"]),
+            ratio_text(pred["speedup"]) if pred else "-",
             end_section=cat == rows[-2][0] if len(rows) > 1 else False,
         )
     return t
@@ -156,8 +156,8 @@ def prediction_line(summary: dict, config) -> str:
         f"{config.label}: Leviathan prediction uses α = {p['alpha']:.2f}, k = {p['k']}, "
         f"E[tokens/round] = {p['expected_tokens_per_round']:.2f}, plain step {p['t_plain_step_ms']:.1f} ms, "
         f"verify of k+1 rows {p['t_verify_ms']:.1f} ms, drafting {p['t_draft_step_ms']:.2f} ms {unit} → "
-        f"{_x(p['speedup'])}; with the measured draft lengths {_x(p['speedup_by_k'])}; "
-        f"with the measured tokens per round instead of i.i.d. acceptance {_x(p['speedup_measured_tokens'])}"
+        f"{ratio_text(p['speedup'])}; with the measured draft lengths {ratio_text(p['speedup_by_k'])}; "
+        f"with the measured tokens per round instead of i.i.d. acceptance {ratio_text(p['speedup_measured_tokens'])}"
     )
 
 
@@ -230,7 +230,7 @@ def sweep_table(summary: dict, configs):
                 str(level) if i == 0 else "", c.label, f"{s['throughput_tokens_per_s']:.1f}",
                 f"{1000 * s['p50_latency_s']:.0f}", f"{1000 * s['p95_latency_s']:.0f}", f"{1000 * s['p50_ttft_s']:.0f}",
                 f"{1000 * s['mean_queue_s']:.0f}", f"{1000 * s['p50_service_s']:.0f}", f"{s['median_request_tokens_per_s']:.1f}", pct(s["acceptance_rate"]),
-                _num(s["mean_k"], "{:.2f}"), f"{s['mean_rows_per_step']:.1f}",
+                num_text(s["mean_k"], "{:.2f}"), f"{s['mean_rows_per_step']:.1f}",
                 "-" if not m["compared"] else f"{m['equal']}/{m['compared']}",
                 end_section=i == len(configs) - 1,
             )
@@ -277,8 +277,8 @@ def crossover_lines(summary: dict, configs) -> list[str]:
         x = summary["crossover"].get(c.name)
         if x is None:
             continue
-        lat = " · ".join(f"{level_label(summary, k)} {_x(v)}" for k, v in x["latency_speedup"].items())
-        tp = " · ".join(f"{level_label(summary, k)} {_x(v)}" for k, v in x["throughput_ratio"].items())
+        lat = " · ".join(f"{level_label(summary, k)} {ratio_text(v)}" for k, v in x["latency_speedup"].items())
+        tp = " · ".join(f"{level_label(summary, k)} {ratio_text(v)}" for k, v in x["throughput_ratio"].items())
         what = "arrival rate" if summary.get("load") == "rate" else "concurrency"
         stop, cost = x["stops_cutting_latency_at"], x["costs_throughput_from"]
         if not x["cuts_latency_at"]:

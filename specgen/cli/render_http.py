@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from specgen.cli import render_bench
 from specgen.cli.render import pct
-from specgen.cli.render_bench import _num, _x, level_label
+from specgen.cli.render_bench import level_label, num_text, ratio_text
 
 
 def _ms(v) -> str:
-    return _num(None if v is None else 1000 * v, "{:.0f}" if v is None or v >= 0.01 else "{:.1f}")
+    return num_text(None if v is None else 1000 * v, "{:.0f}" if v is None or v >= 0.01 else "{:.1f}")
 
 
 def endpoint_lines(endpoints, models: dict) -> list[str]:
@@ -39,7 +39,7 @@ def latency_table(lat: dict, endpoints):
         s = lat[e.name]
         t.add_row(e.label, str(s["runs"]), f"[red]{s['failed']}[/red]" if s["failed"] else "0",
                   _ms(s["p50_ttft_s"]), _ms(s["p95_ttft_s"]), _ms(s["p50_tpot_s"]), _ms(s["p95_tpot_s"]),
-                  _ms(s["p50_itl_s"]), _ms(s["p50_e2e_s"]), _ms(s["p95_e2e_s"]), _num(s["tokens_per_s"]))
+                  _ms(s["p50_itl_s"]), _ms(s["p50_e2e_s"]), _ms(s["p95_e2e_s"]), num_text(s["tokens_per_s"]))
     return t
 
 
@@ -81,7 +81,7 @@ def sweep_table(summary: dict, endpoints):
                 *head, f"{s['throughput_tokens_per_s']:.1f}", _ms(s["p50_latency_s"]), _ms(s["p95_latency_s"]),
                 _ms(s["p50_ttft_s"]), _ms(s["p95_ttft_s"]), _ms(s["p50_tpot_s"]), _ms(s["p95_tpot_s"]),
                 pct(s["acceptance_rate"]),
-                "-" if not sp else f"{_x(sp['median'])} [{sp['median_ci95'][0]:.2f}–{sp['median_ci95'][1]:.2f}]",
+                "-" if not sp else f"{ratio_text(sp['median'])} [{sp['median_ci95'][0]:.2f}–{sp['median_ci95'][1]:.2f}]",
                 "-" if not sp else pct(sp["slower_share"]),
                 "-" if not m["compared"] else f"{m['equal']}/{m['compared']}",
                 end_section=i == len(shown) - 1,

@@ -1,4 +1,4 @@
-"""`specgen serve`: the OpenAI-compatible HTTP server (specgen.server) on the command line.
+"""`specgen serve`: the OpenAI-compatible HTTP server (specgen.serve) on the command line.
 
 Loads the models with --parallel sequences in one context, starts the engine
 thread and serves HTTP on --host:--port until SIGINT/SIGTERM, then stops

@@ -74,7 +74,7 @@ def verify_cost(curve: Sequence[float], rows: int) -> float:
 
 def shaped_cost(curve: Sequence[float], rows: int, group: int) -> float:
     """A shared step's cost when it will be brought to a multiple of `group` rows
-    (`decoding.fit_rows` lengthens or cuts drafts to a whole block): interpolated
+    (`generation.fit_rows` lengthens or cuts drafts to a whole block): interpolated
     between the multiples around `rows`, not read off the CPU curve's sawtooth
     (5 rows cost 1.5x 4, and 8 about as much as 5), which would price the first
     drafted row of a full block as if the step stopped there."""
@@ -98,7 +98,7 @@ class Situation:
     # (`with_counts`); () for none. Never a draft model's.
     counts: tuple[tuple[int, int], ...] = ()
     # a shared step is brought to a multiple of this many rows after planning
-    # (`decoding.fit_rows`), so its rows are priced between those multiples
+    # (`generation.fit_rows`), so its rows are priced between those multiples
     row_group: int = 1
 
 

@@ -14,7 +14,7 @@ ONE `decode_batch` over all active sequences, bounded by n_batch:
 
 Acceptance and rollback stay in `Generation.settle` (each sequence rolls back
 its own rejected tail); each request keeps its own seeded rng. Drafting goes
-through `decoding.plan_step`, as in a single-sequence run: a draft model
+through `specgen.decode.generation.plan_step`, as in a single-sequence run: a draft model
 drafts all sequences together, step by step, in its own context, and the
 cost-aware policy sees the step it is planned into: it maximises the step's
 expected tokens per second, so drafting shrinks as the other rows saturate
