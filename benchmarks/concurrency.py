@@ -4,8 +4,10 @@ Same llama.cpp build (the one llama-cpp-python binds), model, threads, prompt
 length and generated length, run side by side in one invocation, alternating
 (specgen, llama | llama, specgen) over repeats; medians reported.
 
-    python benchmarks/concurrency.py --tool /tmp/lcbuild/bin/llama-batched-bench \\
-        -m /tmp/models/gemma-3-270m-q4_k_m.gguf -t 2 --npp 64 --ntg 32 --npl 4 --repeats 3
+    python benchmarks/concurrency.py --tool LLAMA_CPP_BUILD/bin/llama-batched-bench \\
+        -t 2 --npp 64 --ntg 32 --npl 4 --repeats 3
+
+--tool defaults to llama-batched-bench on PATH; -m to the embedded Gemma 3 270M.
 
 With --sequential-check: concurrency 1 through the server against the
 sequential bench runner on the bundled requests (plain and -C configurations).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -96,8 +99,8 @@ def sequential_check(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tool", default="/tmp/lcbuild/bin/llama-batched-bench")
-    ap.add_argument("-m", "--model", default="/tmp/models/gemma-3-270m-q4_k_m.gguf")
+    ap.add_argument("--tool", default=None, help="llama-batched-bench (default: the one on PATH)")
+    ap.add_argument("-m", "--model", default=None, help="GGUF (default: the embedded Gemma 3 270M)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--npp", type=int, default=64)
     ap.add_argument("--ntg", type=int, default=32)
@@ -111,6 +114,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.sequential_check:
         return sequential_check(args)
+    tool = args.tool or shutil.which("llama-batched-bench")
+    if not tool or not Path(tool).is_file():
+        sys.exit(f"concurrency: llama-batched-bench not found ({args.tool or 'not on PATH'}; build llama.cpp's tools "
+                 "and give --tool PATH, or run --sequential-check)")
+    args.tool = tool
+    from specgen.models.registry import resolve_model
+
+    args.model = str(resolve_model(args.model))
 
     engine = Engine(args.model, n_ctx=args.ctx, n_threads=args.threads, n_batch=512,
                     n_seq_max=args.npl, kv_unified=True)

@@ -2,7 +2,8 @@
 
 Same model, prompt, threads, draft length and token count; runs interleaved
 (A B … B A) over --repeats, medians reported as ratios. Needs llama.cpp's
-tools built from the llama-cpp-python sdist (see ../shared/BENCHMARKING.md):
+tools (llama-lookup, llama-bench) built from the llama-cpp-python sdist, so
+both sides run the same llama.cpp (benchmarks/README.md says how):
 
     python benchmarks/core.py --tools /path/to/llama.cpp/build/bin
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import statistics
@@ -29,7 +29,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # this checkout's specgen, never an installed copy
 PROMPT = HERE / "prompts" / "copy_code.txt"
+TOOLS = ("llama-lookup", "llama-bench")
 
 
 def specgen_run(model, mode_args, n, threads, ctx):
@@ -161,6 +163,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "core.json")
     args = ap.parse_args()
+    missing = [t for t in TOOLS if not (Path(args.tools) / t).is_file()]
+    if missing:
+        sys.exit(f"core: no {' or '.join(missing)} in {args.tools} (build llama.cpp's tools: benchmarks/README.md)")
     from specgen.models.registry import resolve_model
 
     model = Path(args.model) if args.model else resolve_model(None)

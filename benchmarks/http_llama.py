@@ -18,7 +18,7 @@ interval of its median over requests holds 0, or it is under 2 ms and under
 5 % of the change itself. Both
 servers are stopped at the end, whatever happens; every step is bounded.
 
-    flock /tmp/specgen-bench.lock nice -n -5 python benchmarks/http_llama.py --limit 12 --repeats 3 -n 64
+    python benchmarks/http_llama.py --llama-server LLAMA_CPP_BUILD/bin/llama-server --limit 12 --repeats 3 -n 64
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -38,7 +39,6 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-LLAMA_SERVER = "/tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-server"
 START_TIMEOUT_S = 120
 
 
@@ -150,8 +150,8 @@ def compare(records: list[dict], base: str, spec: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--llama-server", default=LLAMA_SERVER)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama-server", default=None, help="llama-server binary (default: the one on PATH)")
     ap.add_argument("--model", default=None, help="GGUF (default: the embedded Gemma 3 270M Q4_K_M)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-n", "--max-tokens", type=int, default=64)
@@ -161,8 +161,11 @@ def main() -> None:
     ap.add_argument("--draft-max", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=420, help="seconds for the whole bench command")
     a = ap.parse_args()
-    if not Path(a.llama_server).exists():
-        raise SystemExit(f"no llama-server at {a.llama_server} (build it: /work/shared/BENCHMARKING.md)")
+    server = a.llama_server or shutil.which("llama-server")
+    if not server or not Path(server).is_file():
+        raise SystemExit(f"http_llama: llama-server not found ({a.llama_server or 'not on PATH'}; build llama.cpp's "
+                         "tools and give --llama-server PATH: benchmarks/README.md)")
+    a.llama_server = server
     from specgen.bench import load_requests
     from specgen.models.registry import resolve_model
 

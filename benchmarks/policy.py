@@ -15,12 +15,17 @@ so neither decode speed includes the draft's prompt prefill; the long-prompt
 part also reports end-to-end times, where it counts.
 
     python benchmarks/policy.py --tools /path/to/llama.cpp/build/bin [--n 96] [--repeats 1]
+
+Without --tools, llama.cpp's side is left out. The F32 target and the Q4_0
+draft are written once from the embedded model into specgen's cache
+(test-drafts/, the same files the test suite uses).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -29,19 +34,55 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]  # this checkout's specgen, never an installed copy
+sys.path.insert(0, str(HERE.parent))  # this checkout's specgen, never an installed copy
 
 FIXED = [1, 2, 3, 4, 6, 8]
+SPEC_TOOL = "llama-speculative-simple"
 
 
-def models():
-    from conftest import make_f32_target, make_q4_0_draft
+def requantized(source: Path, out: Path, kind: str) -> Path:
+    """`source` written out as `kind` ("q4_0" or "f32") at `out`, once (llama.cpp's quantizer)."""
+    import llama_cpp as L
+
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".{os.getpid()}.part")
+    p = L.llama_model_quantize_default_params()
+    p.allow_requantize = True
+    p.nthread = 2
+    if kind == "q4_0":
+        p.ftype = L.LLAMA_FTYPE_MOSTLY_Q4_0
+        p.token_embedding_type = L.GGML_TYPE_Q4_0
+    else:
+        p.ftype = L.LLAMA_FTYPE_ALL_F32
+    if L.llama_model_quantize(str(source).encode(), str(tmp).encode(), p) != 0:
+        raise RuntimeError("llama_model_quantize failed")
+    os.replace(tmp, out)
+    return out
+
+
+def f32_target() -> Path:
+    """The embedded model all-F32: a costlier target, beside which the Q4_0 draft pays."""
     from specgen.models.cache import cache_dir
     from specgen.models.registry import resolve_model
 
-    base = resolve_model(None)
-    d = cache_dir() / "test-drafts"
-    return base, make_f32_target(base, d / "gemma-3-270m-f32.gguf"), make_q4_0_draft(base, d / "gemma-3-270m-q4_0.gguf")
+    return requantized(resolve_model(None), cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf", "f32")
+
+
+def q4_0_draft() -> Path:
+    """A genuinely different draft sharing the vocabulary: the embedded model requantized to Q4_0."""
+    from specgen.models.cache import cache_dir
+    from specgen.models.registry import resolve_model
+
+    return requantized(resolve_model(None), cache_dir() / "test-drafts" / "gemma-3-270m-q4_0.gguf", "q4_0")
+
+
+def models():
+    """(the embedded Q4_K_M target, its F32 copy, the Q4_0 draft)."""
+    from specgen.models.registry import resolve_model
+
+    return resolve_model(None), f32_target(), q4_0_draft()
 
 
 def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1, lookup=False):
@@ -89,7 +130,7 @@ def tune_prediction(target, draft, runs_k8) -> float:
 def llama_spec(tools, target, draft, text, n, k, temp, threads, ctx, seed=1, spec_type="draft-simple"):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(text + "\n")  # llama.cpp's -f drops one trailing newline
-    args = [str(Path(tools) / "llama-speculative-simple"), "-m", str(target), "-md", str(draft), "-f", f.name,
+    args = [str(Path(tools) / SPEC_TOOL), "-m", str(target), "-md", str(draft), "-f", f.name,
             "-n", str(n), "-t", str(threads), "-td", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx),
             "--spec-type", spec_type, "--spec-draft-n-max", str(k), "--temp", str(temp), "--seed", str(seed),
             "--ignore-eos"]
@@ -116,8 +157,8 @@ def median(xs):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tools", help="llama.cpp build/bin (omit to skip llama.cpp)")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tools", help=f"llama.cpp's build/bin, with {SPEC_TOOL} (omit to skip llama.cpp)")
     ap.add_argument("--n", type=int, default=96)
     ap.add_argument("--long-n", type=int, default=512,
                     help="tokens to generate after the long prompt (the draft's prefill of it must be paid back)")
@@ -134,6 +175,8 @@ def main() -> None:
                          "at each --llama-k; empty for none")
     ap.add_argument("--requests", type=int, default=1, help="requests per category (ratios are per-category geomeans)")
     args = ap.parse_args()
+    if args.tools and not (Path(args.tools) / SPEC_TOOL).is_file():
+        sys.exit(f"policy: no {SPEC_TOOL} in {args.tools} (build llama.cpp's tools, or omit --tools)")
     from specgen.bench import load_requests
     from specgen.engine.llama import Engine
 

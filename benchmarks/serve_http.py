@@ -21,8 +21,7 @@ so every system generates the same number of tokens: the script checks each
 request's prompt and completion token counts across systems (usage), and
 reports how many greedy texts equal specgen's.
 
-    flock /tmp/specgen-bench.lock nice -n -5 python benchmarks/serve_http.py \\
-        --llama-server /tmp/lcbuild/.../build/bin/llama-server -t 2 -n 64 --concurrency 1
+    python benchmarks/serve_http.py --llama-server LLAMA_CPP_BUILD/bin/llama-server -t 2 -n 64 --concurrency 1
 
 Goals (issue 11): at concurrency 1, serve[lookup:k=8] within 5 % of
 bench[lookup:k=8] (median per-request latency ratio); serve[default] median
@@ -278,6 +277,9 @@ def main() -> None:
     ap.add_argument("--no-bench", action="store_true", help="skip the in-process runs")
     ap.add_argument("--rows", type=Path, default=None, help="write every per-request row here (JSONL)")
     a = ap.parse_args()
+    if a.llama_server and not Path(a.llama_server).is_file():
+        sys.exit(f"serve_http: llama-server not found at {a.llama_server} (build llama.cpp's tools: "
+                 "benchmarks/README.md; omit --llama-server for specgen alone)")
 
     from specgen.models.registry import resolve_model
 

@@ -12,15 +12,17 @@ from requests 0 … i-1, never from its own output: each repeat pass starts from
 an empty global index. Reported: per request the median decode tok/s over
 repeats, for every config alike (llama.cpp's best type per request is the type
 with the highest median); per config the median over requests, the geometric
-mean of per-request ratios, and the noise over repeats (`benchmarks/repeats.py`:
+mean of per-request ratios, and the noise over repeats ("repeated runs" below:
 spread, outlier runs, the best type cross-validated and each repeat alone).
 llama.cpp's tools decode past -n (up to 192 tokens for 128 asked): their speed
 is taken over the tokens specgen counts (`same_count_rate`; the printed figure
 stays in `tokens_per_s_raw`, the upper bound, summarised beside it).
 The CPU is shared: read ratios, not absolute speeds.
 
-    PYTHONPATH=$PWD python benchmarks/suffix.py --workload both -n 80 --repeats 1 \\
-        [--tools /tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin] --out suffix.json
+    python benchmarks/suffix.py --workload both -n 80 --repeats 1 [--tools LLAMA_CPP_BUILD/bin] --out suffix.json
+
+--tools: llama.cpp's build/bin, with llama-speculative-simple and llama-lookup
+(default: their folder when both are on PATH; '' leaves llama.cpp out).
 
 Workloads: `bundled` (specgen's request set), `agent` (a ticket-triage agent:
 one instruction template that describes a JSON answer in words, 24 tickets; the
@@ -36,6 +38,7 @@ import json
 import math
 import re
 import resource
+import shutil
 import statistics
 from collections import Counter
 import subprocess
@@ -44,7 +47,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from workloads import AGENT_EXAMPLE_TEMPLATE, AGENT_TEMPLATE, TICKETS, agent_example_requests, agent_requests, bundled_requests  # noqa: F401,E402
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's specgen (and workloads.py), never an installed copy
+
+from workloads import agent_example_requests, agent_requests, bundled_requests  # noqa: E402
 
 
 # -- specgen configs -----------------------------------------------------------
@@ -134,12 +140,49 @@ def run_one(target, prompt, drafter, n, k_max, tree_width=1, name=""):
             "prompt_tokens": len(prompt), "k_hist": st.k_hist, "tokens": gen.tokens}
 
 
+# A near-tie: plain's top-2 margin and the speculative token's gap below plain's best
+# both under this many logits, the batch kernels' discrepancy (tests/test_model.py's bound).
+TIE_MARGIN = 2.5
+
+
+class TopRows:
+    """Wraps an engine; the top 8 candidates (ids, logits) of every row read, by position."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.at: dict[int, tuple[list[int], list[float]]] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def _record(self, first_pos, rows) -> None:
+        import numpy as np
+
+        for j, row in enumerate(rows):
+            ids = np.argsort(row)[-8:][::-1]
+            self.at[first_pos + j] = ([int(t) for t in ids], [float(row[t]) for t in ids])
+
+    def decode(self, seq, tokens, n_logits=1):
+        first = len(self.engine.kv_tokens(seq)) + len(tokens) - n_logits
+        rows = self.engine.decode(seq, tokens, n_logits)
+        self._record(first, rows)
+        return rows
+
+    def sync(self, seq, tokens):
+        row = self.engine.sync(seq, tokens)
+        self._record(len(tokens) - 1, [row])
+        return row
+
+
 def plain_rows(target, prompt, n, plain):
     """Plain greedy again (one row per decode), with the top candidates of each row."""
-    from divergence import generate
+    from specgen.decode.generation import Generation
 
-    tokens, at, _ = generate(target, prompt, None, n, 0)
-    return tokens, [at[len(prompt) - 1 + i] for i in range(len(tokens))]
+    rec = TopRows(target)
+    gen = Generation(rec, prompt, None, draft_max=0, max_tokens=n, ignore_eos=True)
+    for _ in gen:
+        pass
+    return gen.tokens, [rec.at[len(prompt) - 1 + i] for i in range(len(gen.tokens))]
 
 
 def _first_difference(a, b):
@@ -153,8 +196,6 @@ def parting(plain, mine, again):
     not among its top 8). When plain run again parts from plain itself earlier
     (llama.cpp's sums depend on where the cache put earlier cells), the record
     says so ("plain_again_at") and reads the margin where the two plain runs part."""
-    from divergence import TIE_MARGIN
-
     tokens, rows = again
     i = _first_difference(plain, mine)
     j = _first_difference(plain, tokens)
@@ -220,8 +261,27 @@ def modelled_tokens_per_s(r, curve):
 LLAMA_TYPES = ("lookup", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 
+LLAMA_TOOLS = ("llama-speculative-simple", "llama-lookup")
+
+
 def llama_tools_ok(tools) -> bool:
-    return bool(tools) and all((Path(tools) / t).exists() for t in ("llama-speculative-simple", "llama-lookup"))
+    return bool(tools) and all((Path(tools) / t).exists() for t in LLAMA_TOOLS)
+
+
+def find_tools(given: str | None) -> str | None:
+    """llama.cpp's build/bin: --tools DIR (both tools there, else one line and exit), '' for
+    none, or by default their folder when both are on PATH (else none, said in one line)."""
+    if given == "":
+        return None
+    if given is not None:
+        if not llama_tools_ok(given):
+            sys.exit(f"suffix: no {' or '.join(LLAMA_TOOLS)} in {given} (build llama.cpp's tools, or --tools '')")
+        return given
+    found = shutil.which(LLAMA_TOOLS[0])
+    if found and llama_tools_ok(Path(found).parent):
+        return str(Path(found).parent)
+    print(f"suffix: {LLAMA_TOOLS[0]} is not on PATH: llama.cpp's types are left out (--tools DIR)", file=sys.stderr)
+    return None
 
 
 def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
@@ -247,8 +307,6 @@ def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
     r = {"tokens_per_s_raw": float(m.group(3)), "generated": int(m.group(1)), "decode_s": float(m.group(2)),
          "prompt_tokens": int(enc.group(1)) if enc else None,
          "acceptance": float(acc.group(1)) / 100 if acc else None}
-    from repeats import same_count_rate
-
     return {**r, "tokens_per_s": same_count_rate(r, n, spec_type), "text": generated_text(out.stdout, text)}
 
 
@@ -269,6 +327,108 @@ def follows(text: str, plain_text: str) -> int | None:
     n), else the character where it parts (a near-tie: its speed is of another text)."""
     m = min(len(text.rstrip()), len(plain_text.rstrip()))
     return next((i for i in range(m) if text[i] != plain_text[i]), None if m else 0)
+
+
+# -- repeated runs ------------------------------------------------------------------
+#
+# Figures from repeated timed runs, treated alike for every side.
+#
+# `--repeats R` runs every config (specgen's and each of
+# llama.cpp's types) R times per request. A side's figure for a request is the
+# median of its runs; llama.cpp's "best type" is the type with the highest such
+# median. That is still a maximum over noisy medians, so beside it come:
+#
+# - `cross_validated_best`: for each repeat r, the type chosen by the median of
+#   the *other* repeats, read at repeat r (the best type as one would pick it
+#   without seeing the run it is judged on), the median of those;
+# - `single_run_best`: what one run per config gave (repeat r alone, the best
+#   type the maximum over single runs) -- the figures measured before repeats;
+# - `spread` and `outliers`: how far a config's runs of one request lie
+#   apart, and how many runs sit more than OUTLIER from their request's median.
+
+OUTLIER = 0.2  # a run more than 20 % off its request's median is an outlier
+
+
+def values(runs, key: str = "tokens_per_s") -> list[float]:
+    """The measured figures of a config's runs of one request (failed runs have none)."""
+    return [r[key] for r in runs if key in r]
+
+
+def median(xs) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def spread(xs) -> float:
+    """(max - min) / median of one request's runs: 0 for a single run."""
+    if len(xs) < 2:
+        return 0.0
+    m = statistics.median(xs)
+    return (max(xs) - min(xs)) / m if m > 0 else float("nan")
+
+
+def outliers(xs, limit: float = OUTLIER) -> int:
+    """How many runs lie more than `limit` (relative) from the median of all of them."""
+    m = median(xs)
+    return sum(abs(x / m - 1) > limit for x in xs) if m and m > 0 else 0
+
+
+def best_type(per_type: dict[str, list[float]]) -> tuple[str, float]:
+    """The type whose median is highest, and that median."""
+    meds = {t: median(xs) for t, xs in per_type.items() if xs}
+    t = max(meds, key=meds.get)
+    return t, meds[t]
+
+
+def runner_up_gap(per_type: dict[str, list[float]]) -> float:
+    """best median / second-best median - 1: how clearly the best type won (inf: one type)."""
+    meds = sorted((median(xs) for xs in per_type.values() if xs), reverse=True)
+    return meds[0] / meds[1] - 1 if len(meds) > 1 and meds[1] > 0 else float("inf")
+
+
+def cross_validated_best(per_type: dict[str, list[float]]) -> float:
+    """Each repeat r judged by the type the other repeats chose (highest median without r);
+    the median over r. With one repeat it is the single-run best."""
+    reps = min(len(xs) for xs in per_type.values())
+    if reps < 2:
+        return max(xs[0] for xs in per_type.values())
+    picks = []
+    for r in range(reps):
+        others = {t: xs[:r] + xs[r + 1:] for t, xs in per_type.items()}
+        t, _ = best_type(others)
+        picks.append(per_type[t][r])
+    return statistics.median(picks)
+
+
+def single_run_best(per_type: dict[str, list[float]], r: int) -> float:
+    """The best type as one run per config measured it: the maximum over types of repeat r."""
+    return max(xs[r] for xs in per_type.values() if len(xs) > r)
+
+
+def same_count_rate(r, n, spec_type):
+    """llama.cpp's decode speed over as many tokens as specgen's figure counts. Its tools
+    run on past -n: a round's accepted draft is not cut at the limit (llama-lookup), and
+    some types draft past it (ngram-simple, -map-k, -mod decoded 144-192 tokens for 128
+    asked), and they print decoded / seconds, so the tokens past n, copied in a few long
+    passes, raised their figure. Here: the tokens up to n over the whole time (what it
+    took to have them; the last pass's extra rows are counted against it, so this is
+    the lower bound, the printed figure the upper). llama-lookup's first token is
+    sampled from the prompt's logits inside its clock: not counted, as specgen's is not."""
+    counted = min(r["generated"], n) - (1 if spec_type == "lookup" else 0)
+    secs = r.get("decode_s") or r["generated"] / r["tokens_per_s_raw"]
+    return counted / secs if secs > 0 else float("nan")
+
+
+def same_counts(results, n):
+    """Records taken before `same_count_rate` (llama.cpp's printed figure as tokens_per_s):
+    the printed one kept as tokens_per_s_raw, tokens_per_s over the same count."""
+    for per in results.values():
+        for c, rs in per.items():
+            for r in rs:
+                if "tokens_per_s" not in r or "tokens_per_s_raw" in r:
+                    continue
+                r["tokens_per_s_raw"] = r["tokens_per_s"]  # specgen's: the same count already
+                if c.startswith("llama:"):
+                    r["tokens_per_s"] = same_count_rate(r, n, c.split(":", 1)[1])
 
 
 # -- the run -----------------------------------------------------------------------
@@ -301,7 +461,7 @@ def bench_workload(name, requests, target, model_path, args, save=None, start=0)
     """Requests[start:] timed; requests[:start] only warm the global indexes (generated
     untimed through each global config's drafter, as the earlier part of the sequence)."""
     configs = list(args.configs)
-    tools = args.tools if llama_tools_ok(args.tools) else None
+    tools = args.tools  # checked by find_tools
     names = configs + ([f"llama:{t}" for t in LLAMA_TYPES] if tools else [])
     prompts = [(rid, text, target.tokenize(text)) for rid, text in requests]
     results = {rid: {c: [] for c in names} for rid, _, _ in prompts[start:]}
@@ -354,11 +514,8 @@ def summarise(name, rids, results, names, curve=None, key="tokens_per_s"):
     tok/s, or with key="model_tokens_per_s" of the work priced by the verify curve).
     Every config alike: a request's figure is the median of its runs (failed runs left
     out); beside it the spread of those runs and how many were outliers
-    (`benchmarks/repeats.py`), and against llama.cpp's best type also the best type
+    ("repeated runs" below), and against llama.cpp's best type also the best type
     chosen without the judged run (cross-validated) and each repeat alone (one run)."""
-    from repeats import OUTLIER, best_type, cross_validated_best, median, outliers, runner_up_gap, single_run_best, \
-        spread, values
-
     if key == "model_tokens_per_s":
         for per in results.values():
             for c, rs in per.items():
@@ -476,8 +633,9 @@ def main(argv=None) -> None:
                     help="time requests from the Nth on (after --stride); the earlier ones only warm the global indexes")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS),
                     help=f"of {', '.join(CONFIGS)}; NAME@wW: draft trees of width W")
-    ap.add_argument("--tools", default="/tmp/lcbuild/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin",
-                    help="llama.cpp's build/bin: llama-speculative-simple runs beside when it exists")
+    ap.add_argument("--tools", default=None,
+                    help="llama.cpp's build/bin, with llama-speculative-simple and llama-lookup (default: their "
+                         "folder on PATH, if there; '': leave llama.cpp out)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--summarise", type=Path, nargs="+", default=None,
                     help="print the tables of saved (possibly partial) runs instead of running")
@@ -489,6 +647,7 @@ def main(argv=None) -> None:
         ap.error(f"unknown config {bad[0]} (choose from {', '.join(CONFIGS)}, optionally NAME@wW)")
     if "plain" not in args.configs:
         args.configs.insert(0, "plain")
+    args.tools = find_tools(args.tools)
     _time_llama()
 
     from specgen.engine.llama import Engine
@@ -525,8 +684,6 @@ def main(argv=None) -> None:
 def summarise_files(paths) -> None:
     """Tables from saved runs (chunks of one run merge per workload): the requests every
     config finished, measured and modelled."""
-    from repeats import same_counts
-
     from specgen.engine.costs import cost_profile
     from specgen.engine.llama import Engine
 

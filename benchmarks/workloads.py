@@ -1,8 +1,19 @@
 """The workloads of `benchmarks/suffix.py` (and its replays): specgen's bundled
 requests, and an agent-like one, a ticket-triage template over 24 tickets, sent
-in sequence as an agent would send them."""
+in sequence as an agent would send them.
+
+    python benchmarks/workloads.py agent [--jsonl]
+
+lists a workload's requests (id and prompt length; --jsonl: the requests as a
+request file for `specgen bench FILE`).
+"""
 
 from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
 
 # The agent workload's template describes the answer's shape in words only: the
 # JSON the model writes (keys in order, quoting, separators) is in no prompt, so
@@ -62,3 +73,23 @@ def bundled_requests() -> list[tuple[str, str]]:
     from specgen.bench import load_requests
 
     return [(r.id, r.prompt) for r in load_requests(None) if r.prompt]
+
+
+WORKLOADS = {"bundled": bundled_requests, "agent": agent_requests, "agent-example": agent_example_requests}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("workload", choices=list(WORKLOADS))
+    ap.add_argument("--jsonl", action="store_true", help="print the requests as JSON lines ({id, category, prompt})")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's specgen
+    for rid, prompt in WORKLOADS[args.workload]():
+        if args.jsonl:
+            print(json.dumps({"id": rid, "category": args.workload, "prompt": prompt}))
+        else:
+            print(f"{rid}\t{len(prompt)} chars")
+
+
+if __name__ == "__main__":
+    main()

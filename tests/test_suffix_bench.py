@@ -1,4 +1,4 @@
-"""benchmarks/suffix.py and benchmarks/repeats.py: repeated runs treated alike for every side."""
+"""benchmarks/suffix.py: repeated runs treated alike for every side, and the sparse verify curve it replays."""
 
 import importlib.util
 import sys
@@ -20,10 +20,8 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def repeats(bench):  # noqa: ARG001 - bench puts benchmarks/ on the path
-    import repeats
-
-    return repeats
+def repeats(bench):
+    return bench  # the repeated runs' figures live in suffix.py
 
 
 def test_every_repeat_puts_each_config_elsewhere(bench):
@@ -110,3 +108,37 @@ def test_llama_cpp_text_is_checked_against_plain(bench):
     s = bench.summarise("t", ["r0"], results, ["plain", "llama:lookup", "llama:ngram-mod"])
     assert s["configs"]["llama:best"]["differs_from_plain"] == 1
     assert s["configs"]["llama:ngram-mod"]["differs_from_plain"] == 0
+
+
+SAW = [0.0] + [0.010 + 0.012 * (n // 4) + 0.0045 * (n % 4) for n in range(1, 33)]
+
+
+def test_sparse_curve_prices_in_between_rows_as_sparse_profiles_did(bench):
+    sparse = bench.sparse_curve(SAW)
+    for n in (1, 4, 8, 12, 16, 24, 32):
+        assert sparse[n] == pytest.approx(SAW[n])
+    assert sparse[5] == pytest.approx((SAW[4] + min(SAW[6], SAW[8])) / 2)
+    assert sparse[3] == pytest.approx(SAW[4]) and SAW[4] < SAW[3]  # clamped to the next point, as a disturbed one
+    assert sparse[6] == pytest.approx(SAW[6]) and SAW[6] < SAW[8]  # 6 is one of the sparse points
+    assert sparse[17] < SAW[17]  # a k = 16 round, priced between 16 and 24 rows
+
+
+def test_a_near_tie_is_read_from_plain_run_again(bench):
+    # plain and a speculative run part at position 1; plain again agrees with plain there
+    plain, mine = [5, 6, 7], [5, 8, 7]
+    rows = [([5, 9], [10.0, 9.0]), ([6, 8], [10.0, 9.5]), ([7, 1], [10.0, 2.0])]
+    got = bench.parting(plain, mine, (plain, rows))
+    assert got["at"] == 1 and got["margin"] == pytest.approx(0.5) and got["gap"] == pytest.approx(0.5)
+    assert got["near_tie"]
+    far = bench.parting(plain, [5, 1, 7], (plain, [rows[0], ([6, 1], [10.0, 1.0]), rows[2]]))
+    assert not far["near_tie"]  # 9 logits below plain's best: no tie, a bug
+
+
+def test_top_rows_records_every_row_an_engine_returns(bench):
+    from fakes import FakeEngine, chain_table
+
+    rec = bench.TopRows(FakeEngine(chain_table(20), n_ctx=64))
+    rec.sync(0, [1, 2, 3])
+    rec.decode(0, [4, 5], 2)
+    assert sorted(rec.at) == [2, 3, 4]  # the prompt's last row, then both decoded rows
+    assert rec.at[3][0][0] == 5  # a chain: the row after token 4 ranks 5 first

@@ -1,4 +1,4 @@
-"""benchmarks/suffix_replay.py: the ceilings on the suffix drafter's choice of continuation."""
+"""benchmarks/replay.py suffix: the ceilings on the suffix drafter's choice of continuation."""
 
 import importlib.util
 import sys
@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def replay_mod():
-    spec = importlib.util.spec_from_file_location("suffix_replay", ROOT / "benchmarks" / "suffix_replay.py")
+    spec = importlib.util.spec_from_file_location("bench_replay", ROOT / "benchmarks" / "replay.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["suffix_replay"] = mod
+    sys.modules["bench_replay"] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -86,7 +86,7 @@ def test_tree_replay_follows_plain_and_prices_every_row(replay_mod):
     chain, one, wide = run(0), run(1), run(3)
     assert one["tokens_per_s"] == chain["tokens_per_s"] and one["k_hist"] == chain["k_hist"]  # no branch: a chain
     assert wide["accepted"] > 0
-    target = replay_mod.ReplayTarget(prompt + plain, curve, replay_mod._Clock(False))
+    target = replay_mod.ReplayTarget(prompt + plain, curve, replay_mod.Clock(False))
     target.sync(0, prompt)
     # the root is plain's first token (9); plain goes on 1 2 3: nodes 1 -> 2 on its path, 7 and 5 off it
     rows, ids = target.decode_tree(0, [1, 2], 9, [1, 2, 7, 5], [-1, 0, 0, -1])

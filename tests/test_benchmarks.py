@@ -1,0 +1,250 @@
+"""benchmarks/: every script answers --help, keeps to the rules, and runs on a tiny budget.
+
+The --help check is parametrised over the directory listing, so a new script
+is covered at once; a new script also needs an entry in SMOKE (its tiny run,
+or the one line it prints when llama.cpp's binaries are absent) and a line in
+benchmarks/README.md. The tiny runs use the embedded Gemma 3 270M at one
+thread (two threads on a shared 2-core machine stall llama.cpp's barrier),
+greedy, a few tokens, plain or fixed-k configurations only (no cost profile
+is measured), servers on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+SCRIPTS = sorted(p.name for p in BENCH.iterdir() if p.is_file() and p.suffix in (".py", ".sh"))
+MISSING = "/nonexistent/llama.cpp/build/bin"  # no llama.cpp binaries there, whatever the machine has
+
+
+def run(args: list[str], tmp_path: Path, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = ["bash", *args] if args[0].endswith(".sh") else [sys.executable, *args]
+    cmd[1] = str(BENCH / cmd[1])
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert p.returncode == 0, f"exit {p.returncode}\nstdout: {p.stdout[-2000:]}\nstderr: {p.stderr[-3000:]}"
+    return p
+
+
+def one_line_failure(p: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit non-zero with a single line on stderr that names what is missing (no traceback)."""
+    err = p.stderr.strip()
+    assert p.returncode != 0, p.stdout[-2000:]
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err[-3000:]
+    for w in words:
+        assert w in err, err
+
+
+# =========================================================== every script: --help and the rules
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_answers_help(name, tmp_path):
+    p = ok(run([name, "--help"], tmp_path, timeout=60))
+    assert "usage" in p.stdout.lower()
+
+
+@pytest.mark.parametrize("mode", ["suffix", "policy", "translate"])
+def test_every_replay_mode_answers_help(mode, tmp_path):
+    assert f"replay.py {mode}" in ok(run(["replay.py", mode, "--help"], tmp_path, timeout=60)).stdout
+
+
+PRIVATE_IMPORT = re.compile(r"^\s*from specgen[\w.]* import (.*)$", re.M)
+MACHINE_PATH = re.compile(r"(?<![\w.])/(tmp|work|root|home|Users|mnt|opt|srv)/")
+TESTS_IMPORT = re.compile(r"^\s*(?:from|import) (?:conftest|fakes|faketok|ggufs|helpers|registry_helpers|openai_stub|test_\w+)\b"
+                          r"|sys\.path.*[\"']tests[\"']", re.M)
+OWNED_ELSEWHERE = {  # scripts another engineer owns: the rules' exceptions, with the reason
+    "http_client.py": "imports specgen.bench's private _Failure, _short and _Connection (no public names yet; "
+                      "its owner is rewriting those modules) and names /tmp/specgen-bench.lock in an example",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=OWNED_ELSEWHERE[n] + " (fixed: drop it "
+                                                  "from OWNED_ELSEWHERE)", strict=True)) if n in OWNED_ELSEWHERE else n
+                                  for n in SCRIPTS])
+def test_scripts_import_no_private_names_nor_tests_and_name_no_machine_paths(name):
+    text = (BENCH / name).read_text()
+    private = [m for m in PRIVATE_IMPORT.findall(text) if re.search(r"(^|[\s,(])_\w", m)]
+    assert not private, f"{name} imports private names of specgen: {private}"
+    assert not TESTS_IMPORT.search(text), f"{name} imports from tests/"
+    assert not MACHINE_PATH.search(text), f"{name} names a machine path: {MACHINE_PATH.search(text).group(0)}"
+
+
+def test_the_readme_has_a_line_for_every_script():
+    readme = (BENCH / "README.md").read_text()
+    assert [n for n in SCRIPTS if f"`{n}`" not in readme] == []
+
+
+def test_every_script_has_a_smoke_test():
+    assert sorted(SMOKE) == SCRIPTS
+
+
+# =========================================================== tiny runs
+
+
+def smoke_core(tmp_path):
+    one_line_failure(run(["core.py", "--tools", MISSING], tmp_path), "llama-lookup", MISSING)
+
+
+def smoke_concurrency(tmp_path):
+    one_line_failure(run(["concurrency.py", "--tool", MISSING + "/llama-batched-bench"], tmp_path), "llama-batched-bench")
+    p = ok(run(["concurrency.py", "--sequential-check", "--requests", "1", "--ntg", "2", "--repeats", "1",
+                "--npl", "1", "-t", "1", "-C", "lookup:k=4"], tmp_path))
+    assert "lookup:k=4" in p.stdout and "ratio" in p.stdout
+
+
+def smoke_serve_http(tmp_path):
+    one_line_failure(run(["serve_http.py", "--llama-server", MISSING + "/llama-server"], tmp_path), "llama-server")
+    rows = tmp_path / "rows.jsonl"
+    p = ok(run(["serve_http.py", "-t", "1", "-n", "2", "--limit", "1", "--concurrency", "1", "--no-bench", "-np", "1",
+                "-c", "1024", "--specgen", "lookup:k=4::--lookup -k 4", "--rows", str(rows)], tmp_path))
+    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    assert summary["summary"] and summary["c1_checks"]["count_mismatches"] == []
+    assert [json.loads(x)["tokens"] for x in rows.read_text().splitlines()] == [2]
+
+
+def smoke_http_llama(tmp_path):
+    one_line_failure(run(["http_llama.py", "--llama-server", MISSING + "/llama-server"], tmp_path), "llama-server")
+
+
+def smoke_http_client(tmp_path):
+    p = ok(run(["http_client.py", "--requests", "2", "--tokens", "2", "--streams", "2", "--block", "1",
+                "--delay-ms", "0", "--readers", "protocol"], tmp_path))
+    assert "protocol" in p.stdout
+
+
+def smoke_policy(tmp_path):
+    one_line_failure(run(["policy.py", "--tools", MISSING], tmp_path), "llama-speculative-simple")
+
+
+def smoke_suffix(tmp_path):
+    one_line_failure(run(["suffix.py", "--tools", MISSING], tmp_path), "llama-speculative-simple", MISSING)
+    out = tmp_path / "agent.json"
+    p = ok(run(["suffix.py", "--workload", "agent", "--limit", "2", "-n", "6", "--configs", "plain", "--tools", "",
+                "--threads", "1", "--out", str(out)], tmp_path))
+    assert "| plain |" in p.stdout
+    report = json.loads(out.read_text())
+    assert list(report["workloads"]["agent"]["results"]) == ["ticket-00", "ticket-01"]
+    return out
+
+
+def smoke_replay(tmp_path):
+    records = smoke_suffix(tmp_path)  # plain's tokens of two agent requests, then replayed on a given curve
+    curve = tmp_path / "curve.json"
+    curve.write_text(json.dumps([0.0] + [0.02 + 0.01 * n for n in range(1, 33)]))
+    dump = tmp_path / "replay.json"
+    ok(run(["replay.py", "suffix", str(records), "--configs", "lookup", "current", "current@w2", "--no-host",
+            "--costs", str(curve), "--json", str(dump)], tmp_path))
+    rows = json.loads(dump.read_text())["agent"]
+    assert set(rows["ticket-01"]) >= {"measured", "lookup", "current", "current@w2", "oracle", "oracle-local"}
+    assert all(r[c]["vs_plain"] > 0 for r in rows.values() for c in ("lookup", "current", "oracle"))
+    one_line_failure(run(["replay.py", "suffix", str(records), "--costs", str(tmp_path / "none.json")], tmp_path),
+                     "--costs")
+    one_line_failure(run(["replay.py", "translate", "--configs", "default:nothing=1"], tmp_path), "nothing=1")
+
+
+def smoke_serve_steps(tmp_path):
+    p = ok(run(["serve_steps.py", "--config", "plain=--no-spec", "--config", "rows=--no-spec --row-group 1",
+                "-n", "2", "--concurrency", "2", "--repeats", "1", "--limit", "2", "-t", "1"], tmp_path))
+    totals = [json.loads(x) for x in p.stdout.splitlines() if '"total"' in x]
+    assert [t["config"] for t in totals] == ["plain", "rows"] and all(t["tokens"] == 4 for t in totals)
+
+
+def smoke_workloads(tmp_path):
+    p = ok(run(["workloads.py", "agent", "--jsonl"], tmp_path))
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert len(lines) == 24 and lines[0]["id"] == "ticket-00"
+
+
+def smoke_ab_versions(tmp_path):
+    p = run(["ab_versions.sh", str(ROOT)], tmp_path)
+    assert p.returncode == 2 and "usage" in p.stderr
+    p = ok(run(["ab_versions.sh", str(ROOT), str(ROOT)], tmp_path, env={"N": "2", "REPEATS": "1", "MODES": "--no-spec", "THREADS": "1"}))
+    assert len(p.stdout.splitlines()) == 2 and all("--no-spec" in x for x in p.stdout.splitlines())
+
+
+SMOKE = {
+    "ab_versions.sh": smoke_ab_versions,
+    "concurrency.py": smoke_concurrency,
+    "core.py": smoke_core,
+    "http_client.py": smoke_http_client,
+    "http_llama.py": smoke_http_llama,
+    "policy.py": smoke_policy,
+    "replay.py": smoke_replay,
+    "serve_http.py": smoke_serve_http,
+    "serve_steps.py": smoke_serve_steps,
+    "suffix.py": smoke_suffix,
+    "workloads.py": smoke_workloads,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMOKE))
+def test_smoke(name, tmp_path):
+    SMOKE[name](tmp_path)
+
+
+# =========================================================== the replay's model-free parts (fakes)
+
+
+@pytest.fixture(scope="module")
+def replay():
+    spec = importlib.util.spec_from_file_location("bench_replay", BENCH / "replay.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_replay"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CURVE = [0.0] + [0.02 + 0.01 * n for n in range(1, 40)]
+
+
+def test_policy_replay_of_recorded_drafts(replay):
+    """A recorded greedy run and a draft right on every other stretch: fixed k and the cost policy."""
+    from specgen.policy.base import FixedK
+    from specgen.policy.cost import CostAware
+
+    n, depth = 24, replay.DEPTH
+    target = [(3 * i) % 17 for i in range(n + depth)]
+    drafts = [[t if (m // 4) % 2 == 0 else -1 for t in target[m:m + depth]] for m in range(1, n + 1)]
+    rec = {"target": target, "drafts": drafts, "prompt": [1, 2, 3]}
+    costs = {"verify": CURVE, "draft": [0.0] + [0.005 + 0.001 * r for r in range(1, 40)], "feed": 0.001}
+    plain = replay.replay_policy(rec, FixedK(), n, costs)  # FixedK drafts as deep as allowed
+    cost = replay.replay_policy(rec, CostAware(replay.OFFER_MAX, CURVE, costs["draft"][1], costs["feed"],
+                                               draft_verify_s=costs["draft"], seed=0), n, costs)
+    assert plain["tps"] > 0 and cost["tps"] > 0 and sum(cost["k_hist"].values()) > 0
+
+
+def test_translate_replay_of_a_recorded_sampled_run(replay):
+    """The recorded text is emitted whatever the configuration; only the priced time differs."""
+    prompt, n, depth = [5, 6, 7], 12, replay.DEPTH
+    target = [(2 * i + 1) % 13 for i in range(n + depth)]
+    drafts = [target[m:m + depth] for m in range(1, n + 1)]  # a draft right every time
+    rec = {"target": target, "ctx": [prompt + target[:m] for m in range(n + 1)], "drafts": drafts,
+           "proposals": [[d[:k] for k in range(1, depth + 1)] for d in drafts], "translate_s": [0.0005] * n,
+           "top": [0.9] * (n + depth)}
+    costs = {"verify": CURVE, "draft": [0.0] + [0.004] * 39, "feed": 0.0005}
+    runs = {c: replay.replay_translated(rec, prompt, n, c, costs, (None, None), 0.001) for c in ("plain", "k=2")}
+    assert set(runs["plain"]["k_hist"]) == {0} and runs["k=2"]["accepted"] == runs["k=2"]["drafted"] > 0
+    assert runs["k=2"]["tps"] > runs["plain"]["tps"]
+
+
+def test_translate_configs_are_cost_policy_arguments(replay):
+    assert replay.parse_config("default:old") == ("default", {"explore_near": False})
+    assert replay.parse_config("alone:flat") == ("alone", {"top_prior": False})
+    assert replay.parse_config("default:explore_near=0+decay=0.9") == ("default", {"explore_near": False, "decay": 0.9})
+    for bad in ("default:seed=3", "default:nothing=1", "default:decay=x", "default:decay"):
+        with pytest.raises(SystemExit):
+            replay.parse_config(bad)
