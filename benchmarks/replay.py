@@ -902,10 +902,13 @@ class PricedTarget(ReplayTarget):
         return rows
 
 
-class ReplayDraft:
+from specgen.drafters.base import Drafter  # noqa: E402
+
+
+class ReplayDraft(Drafter):
     """The translated draft model, from a recording: proposals and their priced costs."""
 
-    name, free, translated = "draft", False, True
+    name, free, prefills, translated = "draft", False, True, True
 
     def __init__(self, rec: dict, n_prompt: int, curve, feed_s: float, clock: Clock) -> None:
         self.rec, self.n_prompt, self.curve, self.feed_s, self.clock = rec, n_prompt, curve, feed_s, clock
