@@ -5,15 +5,14 @@ process, so the client's CPU time (this process's) is the client's alone,
 then drives it through the same code as `specgen bench --endpoint`
 (HttpBench), side by side in one run for the readers of the timed stream:
 
-- `protocol`: what specgen uses (specgen.bench.stream: an asyncio Protocol,
-  h11 for the response's head, the body's chunks cut by ChunkedBody, the SSE
-  parsed in data_received, one task wake-up a request);
-- `deferred`: specgen's protocol with the SSE lines and JSON left to the
-  response's end (each read kept with its time, then handed to the reader
-  in order): less code at each wake-up, the same parsing once at the end
-  (an experiment, not what specgen does: a broken stream would fail late);
-- `h11-body`: the same protocol as it was before ChunkedBody, h11 framing
-  the body too (a Data event per chunk; kept here only, for the comparison);
+- `specgen`: what specgen uses (specgen.bench.stream: an asyncio Protocol
+  whose bytes llhttp frames through httptools, the SSE parsed in
+  data_received, one task wake-up a request);
+- `aiohttp`: aiohttp's client (its keep-alive pool, its C parser, the body
+  read by `content.iter_any()` in the request's task, as vLLM's serving
+  benchmark reads it), feeding the same reader (specgen.bench.http): the
+  alternative to httptools, kept here for the comparison (run when aiohttp
+  is installed: it is no dependency of specgen's);
 - `httpx`: the reader before the protocol (httpx's aiter_lines, kept here
   only: one task wake-up per chunk through httpx, httpcore, anyio).
 
@@ -42,7 +41,7 @@ requests' time, which the stub (2 ms a chunk) inflates several times over a
 model's pace: benchmarks/http_llama.py measures it against llama-server. CPU
 is spent while waiting for the next chunk, so it adds to no latency unless
 the client saturates a core, which part 2 checks (throughput ratio ≈ 1, CPU
-well under one core). `--readers protocol,h11-body` skips httpx.
+well under one core). `--readers specgen,aiohttp` skips httpx.
 """
 
 from __future__ import annotations
@@ -50,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import socket
 import subprocess
@@ -61,12 +61,14 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specgen.bench.http import Endpoint, Sampling, _Failure, _short, describe, error_text, parse_counters  # noqa: E402
+from specgen.bench.http import (  # noqa: E402
+    Endpoint, Sampling, _Failure, _Reader, _short, describe, error_text, parse_counters,
+)
 from specgen.bench.load import HttpBench, LoadSettings  # noqa: E402
 from specgen.bench.requests import Request  # noqa: E402
-from specgen.bench.stream import FramingError, _Connection  # noqa: E402
+from specgen.bench.stream import BadResponse, ConnectFailed, ServerClosed, StreamError  # noqa: E402
 
-READERS = ("protocol", "deferred", "h11-body", "httpx")
+READERS = ("specgen", "aiohttp", "httpx")
 
 
 def free_port() -> int:
@@ -184,68 +186,68 @@ async def _httpx_read(client, ep: Endpoint, path: str, body: dict, out: dict, t0
             raise _Failure("the stream ended without data: [DONE]" + (" (and no text)" if not texts else ""))
 
 
-class _H11Body:
-    """The body read by h11 as specgen.bench.stream read it before ChunkedBody: receive_data, then next_event
-    until it needs more, for every read."""
+class AiohttpRecording(Recording):
+    """The same, the stream read by aiohttp's client into specgen's reader (the `aiohttp` reader)."""
 
-    missing = "an incomplete body (h11)"
+    session = None
 
-    def __init__(self, conn) -> None:
-        self.h11, self.ended, self.extra = conn, False, b""
+    @contextlib.asynccontextmanager
+    async def client(self):
+        async with super().client() as c:
+            try:
+                yield c
+            finally:
+                if self.session is not None:
+                    await self.session.close()
 
-    def feed(self, data: bytes) -> bytes:
-        import h11
+    async def stream(self, client, ep, path, body):
+        raw = await aiohttp_stream_one(self._session(), ep, path, body, self.settings.timeout)
+        self.raws.append(raw)
+        return raw
 
-        if data:
-            self.h11.receive_data(data)
-        out = []
-        while True:
-            event = self.h11.next_event()
-            if type(event) is h11.Data:
-                out.append(event.data)
-            elif event is h11.NEED_DATA:
-                return b"".join(out)
-            elif type(event) is h11.EndOfMessage:
-                self.ended = True
-                return b"".join(out)
-            else:
-                raise FramingError(f"unexpected {type(event).__name__} in the body")
+    def _session(self):
+        if self.session is None:
+            import aiohttp
 
-
-class H11BodyConnection(_Connection):
-    """specgen's protocol with the body framed by h11 (the `h11-body` reader)."""
-
-    def _read_head(self):
-        conn = self.head
-        if super()._read_head() is None:
-            return None
-        self.body = _H11Body(conn)  # the bytes after the head are still in h11's buffer
-        return b""
+            self.session = aiohttp.ClientSession(  # as specgen's pool: no proxy, no limit, kept alive
+                connector=aiohttp.TCPConnector(limit=0), trust_env=False, auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), headers={"User-Agent": "specgen-bench"})
+        return self.session
 
 
-class _Deferring:
-    """A sink that keeps each read (bytes, arrival time) and hands them all to the real one at the end."""
-
-    def __init__(self, sink) -> None:
-        self.sink, self.reads = sink, []
-
-    def response(self, status: int, headers) -> None:
-        self.sink.response(status, headers)
-
-    def data(self, data: bytes, now: float) -> None:
-        self.reads.append((data, now))
-
-    def end(self) -> None:
-        for data, now in self.reads:
-            self.sink.data(data, now)
-        self.sink.end()
+async def aiohttp_stream_one(session, ep: Endpoint, path: str, body: dict, timeout: float) -> dict:
+    """specgen.bench.http.stream_one with aiohttp's client in place of specgen.bench.stream's pool."""
+    out: dict = {"status": None, "error": None, "ttft_s": None, "total_s": None, "chunk_s": [], "text": "",
+                 "usage": None, "speculative": None, "timings": None, "finish_reason": None}
+    data = json.dumps(body).encode()
+    out["started"] = t0 = time.perf_counter()
+    try:
+        await asyncio.wait_for(_aiohttp_read(session, ep.url + path, ep.headers, data, _Reader(out, t0)), timeout)
+    except _Failure as f:
+        out["error"] = f.message
+    except (asyncio.TimeoutError, StreamError) as e:
+        out["error"] = describe(e, timeout)
+    out["total_s"] = time.perf_counter() - t0 if out["total_s"] is None else out["total_s"]
+    return out
 
 
-class DeferredConnection(_Connection):
-    """specgen's protocol with the reading after the framing deferred to the response's end (`deferred`)."""
+async def _aiohttp_read(session, url: str, headers: dict, data: bytes, sink) -> None:
+    import aiohttp
 
-    def send(self, request, body, sink, done) -> None:
-        super().send(request, body, _Deferring(sink), done)
+    clock = time.perf_counter
+    try:
+        async with session.post(url, data=data, headers={"Accept": "text/event-stream",
+                                                         "Content-Type": "application/json", **headers}) as r:
+            sink.response(r.status, [(k.lower(), v) for k, v in r.raw_headers])
+            async for piece in r.content.iter_any():  # what the stream holds at each wake-up of this task
+                sink.data(piece, clock())
+            sink.end()
+    except aiohttp.ClientConnectorError as e:
+        raise ConnectFailed(str(e)) from e
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as e:
+        raise ServerClosed(str(e)) from None
+    except aiohttp.ClientResponseError as e:
+        raise BadResponse(f"not an HTTP/1.1 response: {e.message}") from None
 
 
 class _Floor(asyncio.Protocol):
@@ -346,16 +348,11 @@ async def measure(url: str, n: int, tokens: int, streams: int, block: int, reade
     ep = Endpoint("stub", url, kind="plain")
     reqs = [Request(f"r{i}", prompt=f"request {i}") for i in range(n)]
     settings = LoadSettings(Sampling(max_tokens=tokens), warmup=True)
-    benches = {"protocol": Recording([ep, Endpoint("same", url)], reqs, settings),
-               "deferred": Recording([ep, Endpoint("same", url)], reqs, settings),
-               "h11-body": Recording([ep, Endpoint("same", url)], reqs, settings),
-               "httpx": HttpxRecording([ep, Endpoint("same", url)], reqs, settings)}
+    kinds = {"specgen": Recording, "aiohttp": AiohttpRecording, "httpx": HttpxRecording}
+    benches = {k: kinds[k]([ep, Endpoint("same", url)], reqs, settings) for k in readers}
     out: dict = {}
     async with contextlib.AsyncExitStack() as stack:
         clients = {k: await stack.enter_async_context(b.client()) for k, b in benches.items()}
-        benches["h11-body"].streams.connection = H11BodyConnection
-        benches["deferred"].streams.connection = DeferredConnection
-        benches = {k: benches[k] for k in readers}
         for k in readers:
             await benches[k].prepare(clients[k])
         out["sequential"] = await sequential(benches, clients, ep, reqs, block, tokens)
@@ -385,11 +382,11 @@ def report(res: dict, readers: list[str], tokens: int) -> None:
         c = conc[k]
         say(f"  {k:>8}: {c['throughput_ratio_client_over_server']:.3f} ({c['server_tokens_per_s']:.0f} tok/s), "
             f"{100 * c['client_cpu_share_of_one_core']:.0f} % of a core, {c['client_cpu_per_request_ms']:.2f} ms a request")
-    new = seq["protocol"]
+    new = seq["specgen"]
     for k in readers[1:]:
         old = seq[k]
         above = (new["client_cpu_per_request_ms"] - floor) / (old["client_cpu_per_request_ms"] - floor)
-        say(f"protocol / {k}: CPU a request {new['client_cpu_per_request_ms'] / old['client_cpu_per_request_ms']:.3f} "
+        say(f"specgen / {k}: CPU a request {new['client_cpu_per_request_ms'] / old['client_cpu_per_request_ms']:.3f} "
             f"(above the floor {above:.3f}), wall added p50 {new['wall_added_ms_p50'] / old['wall_added_ms_p50']:.3f}")
 
 
@@ -400,11 +397,15 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=64)
     ap.add_argument("--block", type=int, default=20, help="sequential requests a reader runs before the next one's turn")
     ap.add_argument("--delay-ms", type=float, default=2.0, help="the stub's time between chunks")
-    ap.add_argument("--readers", default=",".join(READERS), help=f"which to compare, protocol first (of {', '.join(READERS)})")
+    have = [r for r in READERS if r != "aiohttp" or importlib.util.find_spec("aiohttp") is not None]
+    ap.add_argument("--readers", default=",".join(have),
+                    help=f"which to compare, specgen first (of {', '.join(READERS)}; default: those installed)")
     a = ap.parse_args()
     readers = [r.strip() for r in a.readers.split(",") if r.strip()]
-    if not readers or readers[0] != "protocol" or not set(readers) <= set(READERS) or len(set(readers)) != len(readers):
-        ap.error(f"--readers: protocol first, then any of {', '.join(READERS[1:])}, each once")
+    if not readers or readers[0] != "specgen" or not set(readers) <= set(READERS) or len(set(readers)) != len(readers):
+        ap.error(f"--readers: specgen first, then any of {', '.join(READERS[1:])}, each once")
+    if not set(readers) <= set(have):
+        ap.error("--readers aiohttp: aiohttp is not installed (pip install aiohttp)")
     stub, url = start_stub(a.delay_ms)
     try:
         res = asyncio.run(measure(url, a.requests, a.tokens, a.streams, a.block, readers))

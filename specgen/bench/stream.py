@@ -1,14 +1,12 @@
-"""The timed stream of `specgen bench --endpoint`: HTTP/1.1 read by an asyncio Protocol.
+"""The timed stream of `specgen bench --endpoint`: HTTP/1.1 read by an asyncio Protocol and httptools (llhttp).
 
 Reading a streamed response through httpx wakes a task for every chunk
-(httpx, httpcore, anyio, h11: ≈ 14 ms of CPU for 64 one-token chunks). Here
-the bytes are handled in the protocol's `data_received` callback as they
-arrive: h11 writes the request and reads the response's head (status,
-headers, 1xx, their validation); the body is cut by its framing here
-(ChunkedBody, SizedBody, BodyToClose: h11's events cost more per chunk
-than the rest of the reading, see ChunkedBody), and what it holds goes to a sink (the
-bench's reader, in specgen.bench.http) with the time its bytes arrived.
-The request's task wakes once, when the response has ended or failed.
+(httpx, httpcore, anyio, h11). Here the bytes are handed in the protocol's
+`data_received` callback to llhttp (httptools), which frames the response
+(head, chunked / sized / close-delimited body, keep-alive) in C; what the
+body holds goes to a sink (the bench's reader, in specgen.bench.http) with
+the time its bytes arrived. The request's task wakes once, when the response
+has ended or failed.
 
 Connections are kept alive and reused, one request at a time each, in a pool
 per host; a kept connection that the server closed before answering is
@@ -27,7 +25,7 @@ import time
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
-import h11
+import httptools
 
 USER_AGENT = "specgen-bench"
 CONNECT_TIMEOUT_S = 10.0
@@ -56,7 +54,7 @@ class ServerClosed(StreamError):
 
 
 class BadResponse(StreamError):
-    """The bytes are not an HTTP/1.1 response, or the request cannot be written as one (h11 says why)."""
+    """The bytes are not an HTTP/1.1 response, or the request cannot be written as one."""
 
 
 class _Stale(Exception):
@@ -90,144 +88,32 @@ class SseLines:
         return [rest[5:].strip()] if rest.startswith(b"data:") else []
 
 
-_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*")  # h11's rule: extensions dropped, trailing OWS allowed
-MAX_LINE = 65536  # a chunk-size or trailer line longer than this is not HTTP
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
+_VALUE = re.compile(rb"[\x21-\x7e\x80-\xff]([\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?|")  # no CR, LF, NUL
+_TARGET = re.compile(rb"/[\x21-\x7e]*")
 
 
-class FramingError(Exception):
-    """The body's framing is broken (the message says how)."""
-
-
-class ChunkedBody:
-    """A chunked body (RFC 9112 §7.1) cut as its bytes arrive: the chunks' data out, the framing dropped.
-
-    h11 frames the response's head; the body is cut here because h11's
-    events cost more CPU per one-token chunk than all the rest of the
-    reading (a 64-chunk request replayed warm: 1.2 ms of reading with h11
-    on the body, 0.6 ms with this; in benchmarks/http_client.py's run the
-    client's CPU above the wake-up floor fell from 4.7 to 2.9 ms). The rules
-    are h11's: hex size (up to 20 digits) with extensions dropped, CRLF after
-    every line and every chunk's data, trailer lines until an empty one.
-    """
-
-    __slots__ = ("_left", "_line", "_state", "ended", "extra")
-
-    def __init__(self) -> None:
-        self._left = 0  # bytes of the current chunk's data still to come
-        self._line = b""  # the start of a line that has not ended yet
-        self._state = "size"  # the next line: "size", "crlf" (after a chunk's data) or "trailer"
-        self.ended = False
-        self.extra = b""  # bytes after the body's end: not ours (the connection is not reused)
-
-    def feed(self, data: bytes) -> bytes:
-        """The body's bytes in `data` (b"" when it held only framing)."""
-        out = []
-        pos, n = 0, len(data)
-        while pos < n:
-            if self._left:
-                end = min(n, pos + self._left)
-                out.append(data[pos:end])
-                self._left -= end - pos
-                pos = end
-                continue
-            i = data.find(b"\n", pos)
-            if i < 0:
-                self._line += data[pos:]
-                if len(self._line) > MAX_LINE:
-                    raise FramingError(f"a chunked body's line is over {MAX_LINE} bytes")
-                break
-            line = self._line + data[pos:i + 1] if self._line else data[pos:i + 1]
-            self._line, pos = b"", i + 1
-            self._end_line(line)
-            if self.ended:
-                self.extra = data[pos:]
-                break
-        return out[0] if len(out) == 1 else b"".join(out)
-
-    def _end_line(self, line: bytes) -> None:
-        if line[-2:] != b"\r\n":
-            raise FramingError(f"a chunked body's line does not end with CRLF: {line[:40]!r}")
-        line = line[:-2]
-        if self._state == "size":
-            m = _CHUNK_SIZE.fullmatch(line)
-            if m is None:
-                raise FramingError(f"illegal chunk header: {line[:40]!r}")
-            self._left = int(m[1], 16)
-            self._state = "crlf" if self._left else "trailer"
-        elif self._state == "crlf":
-            if line:
-                raise FramingError(f"a chunk is longer than its size says: {line[:40]!r}")
-            self._state = "size"
-        elif not line:  # the empty line after the trailers (if any)
-            self.ended = True
-
-    @property
-    def missing(self) -> str:
-        return "an incomplete chunked body"
-
-
-class SizedBody:
-    """A body of Content-Length bytes."""
-
-    __slots__ = ("_left", "ended", "extra")
-
-    def __init__(self, length: int) -> None:
-        self._left, self.ended, self.extra = length, length == 0, b""
-
-    def feed(self, data: bytes) -> bytes:
-        if len(data) < self._left:
-            self._left -= len(data)
-            return data
-        data, self.extra = data[:self._left], data[self._left:]
-        self._left, self.ended = 0, True
-        return data
-
-    @property
-    def missing(self) -> str:
-        return f"{self._left} bytes of the body missing"
-
-
-class BodyToClose:
-    """A body without a length: it runs to the connection's close (the connection is not reused)."""
-
-    __slots__ = ("ended", "extra")
-
-    def __init__(self) -> None:
-        self.ended, self.extra = False, b""
-
-    def feed(self, data: bytes) -> bytes:
-        return data
-
-
-def body_reader(response: h11.Response) -> ChunkedBody | SizedBody | BodyToClose:
-    """How the body of `response` (to a POST) is framed: RFC 9112 §6.3, on headers h11 has validated."""
-    if response.status_code in (204, 304):
-        return SizedBody(0)
-    length = None
-    for name, value in response.headers:
-        if name == b"transfer-encoding":  # h11 allows nothing but chunked
-            return ChunkedBody()
-        if name == b"content-length":  # h11 checked that all of them agree
-            length = int(value)
-    return BodyToClose() if length is None else SizedBody(length)
-
-
-def keeps_alive(response: h11.Response) -> bool:
-    """HTTP/1.1 and no `Connection: close` (h11's rule)."""
-    if response.http_version < b"1.1":
-        return False
-    return not any(name == b"connection" and b"close" in [t.strip() for t in value.lower().split(b",")]
-                   for name, value in response.headers)
+def request_bytes(target: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
+    """A POST as bytes; ValueError when a header or the target cannot be one line of HTTP/1.1."""
+    t = target.encode("ascii")
+    if not _TARGET.fullmatch(t):
+        raise ValueError("bad target")
+    out = [b"POST ", t, b" HTTP/1.1\r\n"]
+    for name, value in headers:
+        n, v = name.encode("ascii"), value.encode("latin-1")
+        if not _TOKEN.fullmatch(n) or not _VALUE.fullmatch(v):
+            raise ValueError("bad header")
+        out += [n, b": ", v, b"\r\n"]
+    out += [b"\r\n", body]
+    return b"".join(out)
 
 
 class _Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection, one request at a time: h11 writes the request and reads the response's head, the
-    body is cut by its framing (ChunkedBody, SizedBody, BodyToClose), and what it holds goes to a sink."""
+    """One HTTP/1.1 connection, one request at a time: llhttp (httptools) frames the response, its callbacks hand
+    the head and the body's bytes to a sink."""
 
     def __init__(self) -> None:
-        self.head: h11.Connection | None = None  # the current request's, until its response's head is read
-        self.body: ChunkedBody | SizedBody | BodyToClose | None = None  # then the body's reader
-        self.keep_alive = False  # what the response's head said
+        self.parser: httptools.HttpResponseParser | None = None  # the current response's
         self.transport: asyncio.Transport | None = None
         self.sink: Sink | None = None
         self.done: asyncio.Future | None = None
@@ -235,6 +121,13 @@ class _Connection(asyncio.Protocol):
         self.reusable = False  # set when a response ended with the connection fit for the next request
         self.requests = 0
         self.heard = False  # any byte of the current answer
+        self.now = 0.0  # when the bytes being parsed arrived
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.in_body = False  # the final response's head is read (not a 1xx)
+        self.to_close = False  # its body runs to the connection's close
+        self.ended = False
+        self.extra = False  # bytes after the response's end: not ours (the connection is not reused)
+        self.keep_alive = False
 
     # -- asyncio's callbacks
 
@@ -242,24 +135,24 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
-        if self.body is None:
-            if self.sink is None:  # nothing asked: a server talking out of turn (a 408 before closing, …)
-                self.close()
+        self.now = time.perf_counter()
+        if self.sink is None:  # nothing asked: a server talking out of turn (a 408 before closing, …)
+            self.close()
+            return
+        self.heard = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:  # the sink raised: its exception is the failure
+            self._settle(e.__context__ or BadResponse(f"not an HTTP/1.1 response: {e}"))
+            return
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as e:
+            if not self.ended:
+                why = "the server switched protocols" if isinstance(e, httptools.HttpParserUpgrade) else str(e)
+                self._settle(BadResponse(f"not an HTTP/1.1 response: {why}"))
                 return
-            self.heard = True
-            try:
-                self.head.receive_data(data)
-                data = self._read_head()
-            except h11.RemoteProtocolError as e:
-                self._settle(BadResponse(f"not an HTTP/1.1 response: {e}"))
-                return
-            except Exception as e:  # the sink's own failures
-                self._settle(e)
-                return
-            if data is None:
-                return
-        self._read_body(data, now)
+            self.extra = True
+        if self.ended:
+            self._end()
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost says what it meant
@@ -270,50 +163,45 @@ class _Connection(asyncio.Protocol):
             return
         if not self.heard:
             self._settle(_Stale() if self.requests > 1 else ServerClosed("before answering"))
-        elif isinstance(self.body, BodyToClose):  # a body that runs to the close ends here
+        elif self.to_close:  # a body that runs to the close ends here
             self._end()
-        elif self.body is None:
+        elif not self.in_body:
             self._settle(ServerClosed(str(exc) if exc else "in the response's head"))
         else:
-            self._settle(ServerClosed(str(exc) if exc else f"the connection closed with {self.body.missing}"))
+            self._settle(ServerClosed(str(exc) if exc else "the connection closed before the body's end"))
+
+    # -- llhttp's callbacks, inside feed_data (what they raise fails the request)
+
+    def on_message_begin(self) -> None:
+        self.extra = self.ended
+        self.headers = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if self.ended or 100 <= status < 200:  # after the end, or a 1xx (wait for the real one)
+            return
+        self.in_body = True
+        framed = any(n == b"content-length" or n == b"transfer-encoding" and v.rstrip().lower().endswith(b"chunked")
+                     for n, v in self.headers)  # else llhttp reads the body to the close (RFC 9112 §6.3)
+        self.to_close = status not in (204, 304) and not framed
+        self.sink.response(status, self.headers)
+
+    def on_body(self, data: bytes) -> None:
+        if not self.ended:
+            self.sink.data(data, self.now)
+
+    def on_message_complete(self) -> None:
+        if self.in_body and not self.ended:
+            self.ended = True
+            self.keep_alive = self.parser.should_keep_alive()
 
     # -- the response
 
-    def _read_head(self) -> bytes | None:
-        """h11's events until the response's head: then the body's reader is set, and the bytes after the head
-        come back (None while the head is incomplete)."""
-        while True:
-            event = self.head.next_event()
-            if event is h11.NEED_DATA:
-                return None
-            if type(event) is h11.Response:
-                break
-            if type(event) is not h11.InformationalResponse:  # 1xx: wait for the real one
-                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} before the response")
-        self.sink.response(event.status_code, list(event.headers))
-        self.keep_alive = keeps_alive(event)
-        self.body = body_reader(event)
-        rest = self.head.trailing_data[0]
-        self.head = None
-        return rest
-
-    def _read_body(self, data: bytes, now: float) -> None:
-        body = self.body
-        try:
-            piece = body.feed(data)
-            if piece:
-                self.sink.data(piece, now)
-        except FramingError as e:
-            self._settle(BadResponse(f"not an HTTP/1.1 response: {e}"))
-            return
-        except Exception as e:
-            self._settle(e)
-            return
-        if body.ended:
-            self._end()
-
     def _end(self) -> None:
-        reusable = self.keep_alive and not self.body.extra and not isinstance(self.body, BodyToClose)
+        reusable = self.keep_alive and not self.to_close and not self.extra
         try:
             self.sink.end()
         except Exception as e:
@@ -322,7 +210,7 @@ class _Connection(asyncio.Protocol):
         self._settle(None, reusable)
 
     def _settle(self, exc: BaseException | None, reusable: bool = False) -> None:
-        self.sink, self.head, self.body = None, None, None
+        self.sink, self.parser = None, None
         if reusable and not self.closed:
             self.reusable = True
         else:
@@ -335,12 +223,14 @@ class _Connection(asyncio.Protocol):
 
     # -- the request
 
-    def send(self, request: h11.Request, body: bytes, sink: Sink, done: asyncio.Future) -> None:
-        self.head = h11.Connection(h11.CLIENT)
-        data = self.head.send(request) + self.head.send(h11.Data(data=body)) + self.head.send(h11.EndOfMessage())
+    def send(self, request: bytes, sink: Sink, done: asyncio.Future) -> None:
+        """Write `request` (whole, as bytes) and hand its response to `sink`; `done` is settled at its end."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers = []
+        self.in_body = self.to_close = self.ended = self.extra = self.keep_alive = False
         self.sink, self.done, self.reusable, self.heard = sink, done, False, False
         self.requests += 1
-        self.transport.write(data)
+        self.transport.write(request)
 
     def close(self) -> None:
         self.closed = True
@@ -370,8 +260,6 @@ class _Target:
 class StreamPool:
     """Kept-alive connections per host, and one streamed POST at a time on each (use inside one event loop)."""
 
-    connection = _Connection  # the protocol each connection runs (benchmarks/http_client.py swaps in the former one)
-
     def __init__(self, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
         self.connect_timeout = connect_timeout
         self._idle: dict[tuple, list[_Connection]] = {}
@@ -392,14 +280,15 @@ class StreamPool:
             head.append(("Authorization", target.auth))
         head += headers.items()
         try:
-            request = h11.Request(method="POST", target=target.prefix + path, headers=head)
-        except h11.LocalProtocolError:  # h11's message would quote the header: the API key never goes into a record
-            raise BadResponse("cannot send the request: a header is not valid HTTP (is the API key one line?)") from None
+            request = request_bytes(target.prefix + path, head, body)
+        except (ValueError, UnicodeEncodeError):  # never quoted: the header may hold the API key
+            raise BadResponse("cannot send the request: a header or the path is not valid HTTP "
+                              "(is the API key one line?)") from None
         for attempt in (1, 2):
             conn = await self._acquire(target)
             try:
                 done = asyncio.get_running_loop().create_future()
-                conn.send(request, body, sink, done)
+                conn.send(request, sink, done)
                 await done
                 return
             except _Stale:
@@ -419,7 +308,7 @@ class StreamPool:
         tls = self._tls_context() if target.tls else None
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(self.connection, target.host, target.port, ssl=tls,
+                loop.create_connection(_Connection, target.host, target.port, ssl=tls,
                                        server_hostname=target.host if tls else None),
                 self.connect_timeout)
         except asyncio.TimeoutError:
