@@ -32,7 +32,7 @@ then drives it through the same code as `specgen bench --endpoint`
    over its own first-to-last token span, the client's CPU (share of one
    core, per request), and the wall time added under that load.
 
-    flock /tmp/specgen-bench.lock nice -n -5 python benchmarks/http_client.py --requests 200 --tokens 64 --streams 64
+    flock "$BENCH_LOCK" nice -n -5 python benchmarks/http_client.py --requests 200 --tokens 64 --streams 64
 
 The issue's targets, as read here: "client overhead < 1 ms a request" is
 the wall time the client adds to each measured latency (what could bias a
@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specgen.bench.http import (  # noqa: E402
-    Endpoint, Sampling, _Failure, _Reader, _short, describe, error_text, parse_counters,
+    Endpoint, Sampling, RequestFailed, SseReader, short_text, describe, error_text, parse_counters,
 )
 from specgen.bench.load import HttpBench, LoadSettings  # noqa: E402
 from specgen.bench.requests import Request  # noqa: E402
@@ -127,7 +127,7 @@ async def httpx_stream_one(client, ep: Endpoint, path: str, body: dict, timeout:
     out["started"] = t0 = time.perf_counter()
     try:
         await asyncio.wait_for(_httpx_read(client, ep, path, body, out, t0), timeout)
-    except _Failure as f:
+    except RequestFailed as f:
         out["error"] = f.message
     except (asyncio.TimeoutError, httpx.HTTPError) as e:
         out["error"] = describe(e, timeout)
@@ -141,11 +141,11 @@ async def _httpx_read(client, ep: Endpoint, path: str, body: dict, out: dict, t0
     async with client.stream("POST", ep.url + path, json=body, headers=ep.headers) as r:
         out["status"] = r.status_code
         if r.status_code != 200:
-            raise _Failure(f"HTTP {r.status_code}: {error_text(await r.aread())}")
+            raise RequestFailed(f"HTTP {r.status_code}: {error_text(await r.aread())}")
         ctype = r.headers.get("content-type", "")
         if "text/event-stream" not in ctype:
             raw = await r.aread()
-            raise _Failure(f"not a stream (content-type {ctype or 'none'}): {error_text(raw)}")
+            raise RequestFailed(f"not a stream (content-type {ctype or 'none'}): {error_text(raw)}")
         done = False
         async for line in r.aiter_lines():
             if not line.startswith("data:"):
@@ -161,14 +161,14 @@ async def _httpx_read(client, ep: Endpoint, path: str, body: dict, out: dict, t0
             try:
                 obj = json.loads(data)
             except json.JSONDecodeError:
-                raise _Failure(f"malformed SSE: a data line is not JSON: {_short(data)}") from None
+                raise RequestFailed(f"malformed SSE: a data line is not JSON: {short_text(data)}") from None
             if not isinstance(obj, dict):
-                raise _Failure(f"malformed SSE: a data line is not a JSON object: {_short(data)}")
+                raise RequestFailed(f"malformed SSE: a data line is not a JSON object: {short_text(data)}")
             if "error" in obj:
-                raise _Failure(f"error in the stream: {error_text(json.dumps(obj))}")
+                raise RequestFailed(f"error in the stream: {error_text(json.dumps(obj))}")
             for choice in obj.get("choices") or []:
                 if not isinstance(choice, dict):
-                    raise _Failure("malformed SSE: a choice is not an object")
+                    raise RequestFailed("malformed SSE: a choice is not an object")
                 delta = choice.get("delta")
                 piece = choice.get("text") if delta is None else (delta or {}).get("content")
                 if piece:
@@ -183,7 +183,7 @@ async def _httpx_read(client, ep: Endpoint, path: str, body: dict, out: dict, t0
                     out[key] = obj[key]
         out["text"] = "".join(texts)
         if not done:
-            raise _Failure("the stream ended without data: [DONE]" + (" (and no text)" if not texts else ""))
+            raise RequestFailed("the stream ended without data: [DONE]" + (" (and no text)" if not texts else ""))
 
 
 class AiohttpRecording(Recording):
@@ -222,8 +222,8 @@ async def aiohttp_stream_one(session, ep: Endpoint, path: str, body: dict, timeo
     data = json.dumps(body).encode()
     out["started"] = t0 = time.perf_counter()
     try:
-        await asyncio.wait_for(_aiohttp_read(session, ep.url + path, ep.headers, data, _Reader(out, t0)), timeout)
-    except _Failure as f:
+        await asyncio.wait_for(_aiohttp_read(session, ep.url + path, ep.headers, data, SseReader(out, t0)), timeout)
+    except RequestFailed as f:
         out["error"] = f.message
     except (asyncio.TimeoutError, StreamError) as e:
         out["error"] = describe(e, timeout)

@@ -18,8 +18,8 @@ import pytest
 
 from helpers import loopback_server, read_request
 from specgen.bench import stream
-from specgen.bench.http import Endpoint, _Reader, stream_one
-from specgen.bench.stream import StreamPool, _Connection, request_bytes
+from specgen.bench.http import Endpoint, SseReader, stream_one
+from specgen.bench.stream import StreamPool, Connection, request_bytes
 
 DONE = b"data: [DONE]\n\n"
 
@@ -51,7 +51,7 @@ class _Transport:
         self.closed = True
 
 
-def read(monkeypatch, pieces: list[tuple[float, bytes]], close: bool = False) -> tuple[dict, _Connection]:
+def read(monkeypatch, pieces: list[tuple[float, bytes]], close: bool = False) -> tuple[dict, Connection]:
     """What the bench's reader records for a response arriving in `pieces` ((clock, bytes), one read each)."""
     clock = [0.0]
     monkeypatch.setattr(stream, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
@@ -60,9 +60,9 @@ def read(monkeypatch, pieces: list[tuple[float, bytes]], close: bool = False) ->
     loop = asyncio.new_event_loop()
     try:
         done = loop.create_future()
-        conn = _Connection()
+        conn = Connection()
         conn.connection_made(_Transport())
-        conn.send(request_bytes("/v1/completions", [("Host", "x"), ("Content-Length", "2")], b"{}"), _Reader(out, 0.0),
+        conn.send(request_bytes("/v1/completions", [("Host", "x"), ("Content-Length", "2")], b"{}"), SseReader(out, 0.0),
                   done)
         for t, piece in pieces:
             clock[0] = t

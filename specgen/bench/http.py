@@ -198,7 +198,7 @@ def request_body(ep: Endpoint, req: Request, s: Sampling, max_tokens: int | None
     return path, merge(body, ep.body)
 
 
-def _short(text: str) -> str:
+def short_text(text: str) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= ERROR_TEXT_MAX else text[: ERROR_TEXT_MAX - 1] + "…"
 
@@ -209,16 +209,16 @@ def error_text(raw: bytes | str) -> str:
     try:
         obj = json.loads(text)
     except (json.JSONDecodeError, ValueError):
-        return _short(text) or "(empty body)"
+        return short_text(text) or "(empty body)"
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict) and err.get("message"):
-            return _short(err["message"])
+            return short_text(err["message"])
         if isinstance(err, str):
-            return _short(err)
+            return short_text(err)
         if isinstance(obj.get("detail"), str):
-            return _short(obj["detail"])
-    return _short(text)
+            return short_text(obj["detail"])
+    return short_text(text)
 
 
 def describe(exc: BaseException, timeout: float | None = None) -> str:
@@ -228,19 +228,19 @@ def describe(exc: BaseException, timeout: float | None = None) -> str:
         chain.append(e)
         e = e.__cause__ or e.__context__
     if any(isinstance(x, ssl.SSLError) for x in chain) or "SSL" in str(exc) or "CERTIFICATE" in str(exc):
-        return f"TLS failure: {_short(str(exc))}"
+        return f"TLS failure: {short_text(str(exc))}"
     if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError, TimeoutError)):
         return f"timed out after {timeout:g} s" if timeout else "timed out"
     if isinstance(exc, (httpx.ConnectError, ConnectFailed)):
         refused = any(isinstance(x, ConnectionRefusedError) for x in chain) or "refused" in str(exc).lower()
-        return "connection refused" if refused else f"cannot connect: {_short(str(exc)) or type(exc).__name__}"
+        return "connection refused" if refused else f"cannot connect: {short_text(str(exc)) or type(exc).__name__}"
     if isinstance(exc, BadResponse):
-        return _short(str(exc))
+        return short_text(str(exc))
     if isinstance(exc, (httpx.RemoteProtocolError, ServerClosed)):
-        return f"the server closed the connection mid-response: {_short(str(exc))}"
+        return f"the server closed the connection mid-response: {short_text(str(exc))}"
     if isinstance(exc, httpx.HTTPError):
-        return f"{type(exc).__name__}: {_short(str(exc))}"
-    return f"{type(exc).__name__}: {_short(str(exc))}"
+        return f"{type(exc).__name__}: {short_text(str(exc))}"
+    return f"{type(exc).__name__}: {short_text(str(exc))}"
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
@@ -253,7 +253,7 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
-class _Failure(Exception):
+class RequestFailed(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
@@ -275,8 +275,8 @@ async def stream_one(pool: StreamPool, ep: Endpoint, path: str, body: dict, time
     data = json.dumps(body).encode()
     out["started"] = t0 = time.perf_counter()
     try:
-        await asyncio.wait_for(pool.post(ep.url, path, ep.headers, data, _Reader(out, t0)), timeout)
-    except _Failure as f:
+        await asyncio.wait_for(pool.post(ep.url, path, ep.headers, data, SseReader(out, t0)), timeout)
+    except RequestFailed as f:
         out["error"] = f.message
     except (asyncio.TimeoutError, StreamError) as e:
         out["error"] = describe(e, timeout)
@@ -284,7 +284,7 @@ async def stream_one(pool: StreamPool, ep: Endpoint, path: str, body: dict, time
     return out
 
 
-class _Reader:
+class SseReader:
     """One response, read inside the connection's callbacks: status, then the SSE events as they arrive."""
 
     ERROR_BODY_MAX = 65536
@@ -316,14 +316,14 @@ class _Reader:
 
     def end(self) -> None:
         if self.refused is not None:
-            raise _Failure(f"{self.refused}: {error_text(bytes(self.error_body))}")
+            raise RequestFailed(f"{self.refused}: {error_text(bytes(self.error_body))}")
         now = time.perf_counter()
         for line in self.lines.tail():
             if not self.done:
                 self.event(line, now)
         self.out["text"] = "".join(self.texts)
         if not self.done:
-            raise _Failure("the stream ended without data: [DONE]" + (" (and no text)" if not self.texts else ""))
+            raise RequestFailed("the stream ended without data: [DONE]" + (" (and no text)" if not self.texts else ""))
 
     def event(self, data: bytes, now: float) -> None:
         out = self.out
@@ -334,14 +334,14 @@ class _Reader:
         try:
             obj = json.loads(data)
         except ValueError:  # not JSON, or not UTF-8
-            raise _Failure(f"malformed SSE: a data line is not JSON: {_short(data.decode(errors='replace'))}") from None
+            raise RequestFailed(f"malformed SSE: a data line is not JSON: {short_text(data.decode(errors='replace'))}") from None
         if not isinstance(obj, dict):
-            raise _Failure(f"malformed SSE: a data line is not a JSON object: {_short(data.decode(errors='replace'))}")
+            raise RequestFailed(f"malformed SSE: a data line is not a JSON object: {short_text(data.decode(errors='replace'))}")
         if "error" in obj:
-            raise _Failure(f"error in the stream: {error_text(json.dumps(obj))}")
+            raise RequestFailed(f"error in the stream: {error_text(json.dumps(obj))}")
         for choice in obj.get("choices") or ():
             if not isinstance(choice, dict):
-                raise _Failure("malformed SSE: a choice is not an object")
+                raise RequestFailed("malformed SSE: a choice is not an object")
             delta = choice.get("delta")
             piece = choice.get("text") if delta is None else (delta or {}).get("content")
             if piece:

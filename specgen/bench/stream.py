@@ -108,7 +108,7 @@ def request_bytes(target: str, headers: list[tuple[str, str]], body: bytes) -> b
     return b"".join(out)
 
 
-class _Connection(asyncio.Protocol):
+class Connection(asyncio.Protocol):
     """One HTTP/1.1 connection, one request at a time: llhttp (httptools) frames the response, its callbacks hand
     the head and the body's bytes to a sink."""
 
@@ -262,8 +262,8 @@ class StreamPool:
 
     def __init__(self, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
         self.connect_timeout = connect_timeout
-        self._idle: dict[tuple, list[_Connection]] = {}
-        self._all: set[_Connection] = set()
+        self._idle: dict[tuple, list[Connection]] = {}
+        self._all: set[Connection] = set()
         self._targets: dict[str, _Target] = {}
         self._tls = None
 
@@ -297,7 +297,7 @@ class StreamPool:
             finally:
                 self._release(target, conn)
 
-    async def _acquire(self, target: _Target) -> _Connection:
+    async def _acquire(self, target: _Target) -> Connection:
         idle = self._idle.get(target.key)
         while idle:
             conn = idle.pop()
@@ -308,7 +308,7 @@ class StreamPool:
         tls = self._tls_context() if target.tls else None
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(_Connection, target.host, target.port, ssl=tls,
+                loop.create_connection(Connection, target.host, target.port, ssl=tls,
                                        server_hostname=target.host if tls else None),
                 self.connect_timeout)
         except asyncio.TimeoutError:
@@ -318,7 +318,7 @@ class StreamPool:
         self._all.add(conn)
         return conn
 
-    def _release(self, target: _Target, conn: _Connection) -> None:
+    def _release(self, target: _Target, conn: Connection) -> None:
         if conn.reusable and not conn.closed and conn.sink is None:
             self._idle.setdefault(target.key, []).append(conn)
         else:
