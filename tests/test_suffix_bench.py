@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from specgen.drafters.build import DrafterOptions, build_drafter
+from specgen.drafters.suffix import SuffixDrafter
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,6 +25,21 @@ def bench():
 @pytest.fixture(scope="module")
 def repeats(bench):
     return bench  # the repeated runs' figures live in suffix.py
+
+
+def test_suffix_settings_reach_the_suffix_index():
+    d = build_drafter(DrafterOptions("suffix", global_cache=True, suffix_choice="frequent", ngram_min=2,
+                                     suffix_settings=(("cut_at_split", False), ("min_global_match", 5),
+                                                      ("local_at_split", False), ("counts", True))))
+    assert isinstance(d, SuffixDrafter) and d.global_index is not None
+    assert (d.choice, d.min_match, d.cut_at_split, d.min_global_match, d.local_at_split, d.counts) == (
+        "frequent", 2, False, 5, False, True)
+    plain = build_drafter(DrafterOptions("suffix"))  # none given: SuffixDrafter's own defaults
+    assert (plain.cut_at_split, plain.counts, plain.local_at_split) == (True, False, True)
+    with pytest.raises(TypeError):
+        build_drafter(DrafterOptions("suffix", suffix_settings=(("nothing", 1),)))
+    with pytest.raises(ValueError):
+        DrafterOptions("lookup", suffix_settings=(("counts", True),))  # the suffix index's arguments only
 
 
 def test_every_repeat_puts_each_config_elsewhere(bench):
