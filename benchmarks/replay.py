@@ -466,7 +466,7 @@ def config_drafter(name: str):
     request, not the index's carried statistics), `hindsight=1` (each proposal cut to what
     plain's text accepts and drafted whole: the drafter under a perfect draft length), `sparse=1`
     (the policy priced by the verify curve as profiles did before every row count was
-    measured, `suffix.sparse_curve`; the rounds are priced by the real curve all the same)."""
+    measured, `suffixlib.runs.sparse_curve`; the rounds are priced by the real curve all the same)."""
     from specgen.drafters.lookup import PromptLookup
     from specgen.drafters.suffix import SuffixDrafter
 
@@ -498,8 +498,8 @@ def geomean(xs):
 
 def load_records(paths):
     """Merged per-request results of benchmarks/suffix.py runs, per workload (chunks in order);
-    llama.cpp's figures over the tokens specgen counts (`suffix.same_counts`)."""
-    from suffix import same_counts
+    llama.cpp's figures over the tokens specgen counts (`suffixlib.llama.same_counts`)."""
+    from suffixlib.llama import same_counts
 
     merged: dict[str, dict] = {}
     meta = None
@@ -542,7 +542,7 @@ def read_curve(path: Path) -> list[float]:
 
 
 def run_suffix(args) -> None:
-    from suffix import sparse_curve
+    from suffixlib.runs import sparse_curve
     from workloads import agent_example_requests, agent_requests, bundled_requests
 
     from specgen.engine.costs import cost_profile
