@@ -3,7 +3,11 @@
 The --help check is parametrised over the directory listing, so a new script
 is covered at once; a new script also needs an entry in SMOKE (its tiny run,
 or the one line it prints when llama.cpp's binaries are absent) and a line in
-benchmarks/README.md. The tiny runs use the embedded Gemma 3 270M at one
+benchmarks/README.md. The folders beside the scripts (replaylib/, suffixlib/)
+hold the modules of one command each: not scripts, so the --help, SMOKE and
+README checks skip them (their command answers for them), while the rules (no
+private names, no tests, no machine paths, no file over 600 lines, every
+drafter through build_drafter) hold for every file. The tiny runs use the embedded Gemma 3 270M at one
 thread (two threads on a shared 2-core machine stall llama.cpp's barrier),
 greedy, a few tokens, plain or fixed-k configurations only (no cost profile
 is measured), servers on 127.0.0.1.
@@ -11,6 +15,7 @@ is measured), servers on 127.0.0.1.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -24,6 +29,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 SCRIPTS = sorted(p.name for p in BENCH.iterdir() if p.is_file() and p.suffix in (".py", ".sh"))
+# the modules of one command, in a folder of its own (benchmarks/replaylib/ for replay.py, ...)
+HELPERS = sorted(str(p.relative_to(BENCH)) for p in BENCH.glob("*/*.py"))
+SOURCES = SCRIPTS + HELPERS
 MISSING = "/nonexistent/llama.cpp/build/bin"  # no llama.cpp binaries there, whatever the machine has
 
 
@@ -74,13 +82,40 @@ OWNED_ELSEWHERE = {  # scripts another engineer owns: the rules' exceptions, wit
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=OWNED_ELSEWHERE[n] + " (fixed: drop it "
                                                   "from OWNED_ELSEWHERE)", strict=True)) if n in OWNED_ELSEWHERE else n
-                                  for n in SCRIPTS])
+                                  for n in SOURCES])
 def test_scripts_import_no_private_names_nor_tests_and_name_no_machine_paths(name):
     text = (BENCH / name).read_text()
     private = [m for m in PRIVATE_IMPORT.findall(text) if re.search(r"(^|[\s,(])_\w", m)]
     assert not private, f"{name} imports private names of specgen: {private}"
+    if name.endswith(".py"):  # of any module: specgen's, or another benchmark module's (imports over lines too)
+        private = [f"{node.module}.{a.name}" for node in ast.walk(ast.parse(text)) if isinstance(node, ast.ImportFrom)
+                   for a in node.names if a.name.startswith("_") and node.module != "__future__"]
+        assert not private, f"{name} imports private names: {private}"
     assert not TESTS_IMPORT.search(text), f"{name} imports from tests/"
     assert not MACHINE_PATH.search(text), f"{name} names a machine path: {MACHINE_PATH.search(text).group(0)}"
+
+
+def test_helper_modules_are_found_and_no_file_is_over_600_lines():
+    assert {"replaylib/common.py", "replaylib/suffix.py", "suffixlib/stats.py"} <= set(HELPERS)
+    files = [p for p in BENCH.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    big = {str(p.relative_to(BENCH)): n for p in files if (n := len(p.read_text().splitlines())) > 600}
+    assert not big, big
+
+
+DRAFTERS = ("PromptLookup", "SuffixDrafter", "DraftModel", "WithLookup", "TranslatedDraftModel")
+
+
+def _called(call: ast.Call) -> str | None:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+@pytest.mark.parametrize("name", [n for n in SOURCES if n.endswith(".py")])
+def test_every_drafter_is_built_by_build_drafter(name):
+    """specgen.drafters.build.build_drafter builds every drafter a benchmark runs, as it does every command's."""
+    calls = [f"{_called(n)} (line {n.lineno})" for n in ast.walk(ast.parse((BENCH / name).read_text()))
+             if isinstance(n, ast.Call) and _called(n) in DRAFTERS]
+    assert not calls, f"{name} builds a drafter itself: {calls}"
 
 
 def test_the_readme_has_a_line_for_every_script():
