@@ -101,7 +101,7 @@ def python_overhead(model, k, n, threads, ctx):
     import llama_cpp as L
 
     from specgen.decode.generation import Generation
-    from specgen.drafters.lookup import PromptLookup
+    from specgen.drafters.build import DrafterOptions, build_drafter
     from specgen.engine.llama import Engine
 
     spent = [0.0]
@@ -114,12 +114,13 @@ def python_overhead(model, k, n, threads, ctx):
         return rc
 
     L.llama_decode = timed_decode
+    lookup = DrafterOptions("lookup")  # specgen run --lookup's drafter
     try:
         with Engine(model, n_ctx=ctx, n_threads=threads) as e:
-            gen = Generation(e, e.tokenize(PROMPT.read_text()), PromptLookup(), draft_max=k, max_tokens=n, ignore_eos=True)
+            gen = Generation(e, e.tokenize(PROMPT.read_text()), build_drafter(lookup), draft_max=k, max_tokens=n, ignore_eos=True)
             rounds = list(gen)
             spent[0] = 0.0  # count decode rounds only, not the prefill
-            gen = Generation(e, e.tokenize(PROMPT.read_text()), PromptLookup(), draft_max=k, max_tokens=n, ignore_eos=True)
+            gen = Generation(e, e.tokenize(PROMPT.read_text()), build_drafter(lookup), draft_max=k, max_tokens=n, ignore_eos=True)
             it = iter(gen)
             next(it)  # prefill round
             spent[0] = 0.0

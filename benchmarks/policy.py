@@ -89,16 +89,15 @@ def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1, lookup=False)
     """One generation; `lookup`: prompt lookup's proposals alongside the draft
     model's (specgen's default with -d under the cost policy)."""
     from specgen.decode.generation import Generation
-    from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, PromptLookup
-    from specgen.drafters.model import DraftModel, WithLookup
+    from specgen.drafters.build import DrafterOptions, OpenedDraft, build_drafter
     from specgen.session import make_policy
     from specgen.rules.sampling import SamplingParams
 
     target.truncate(0, 0)
     draft.truncate(0, 0)
-    drafter = DraftModel(draft, target.n_vocab, target.n_vocab) if k else None
-    if drafter is not None and lookup:  # as the loader builds it: lookup's offers up to k, the model's up to 8
-        drafter = WithLookup(drafter, PromptLookup(ngram_min=ALONGSIDE_NGRAM_MIN), model_max=min(k, 8))
+    # as the loader builds it, with lookup: lookup's offers up to k, the model's up to 8
+    opts = DrafterOptions("model", lookup_alongside=lookup, model_max=min(k, 8) if lookup else None)
+    drafter = build_drafter(opts, target, OpenedDraft(draft, same_vocab=True, n_shared=target.n_vocab)) if k else None
     gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True,
                      params=SamplingParams(temperature=temp, seed=seed),
                      policy=make_policy(policy, k, target, draft) if k else None)

@@ -3,7 +3,11 @@
 The --help check is parametrised over the directory listing, so a new script
 is covered at once; a new script also needs an entry in SMOKE (its tiny run,
 or the one line it prints when llama.cpp's binaries are absent) and a line in
-benchmarks/README.md. The tiny runs use the embedded Gemma 3 270M at one
+benchmarks/README.md. The folders beside the scripts (replaylib/, suffixlib/)
+hold the modules of one command each: not scripts, so the --help, SMOKE and
+README checks skip them (their command answers for them), while the rules (no
+private names, no tests, no machine paths, no file over 600 lines, every
+drafter through build_drafter) hold for every file. The tiny runs use the embedded Gemma 3 270M at one
 thread (two threads on a shared 2-core machine stall llama.cpp's barrier),
 greedy, a few tokens, plain or fixed-k configurations only (no cost profile
 is measured), servers on 127.0.0.1.
@@ -11,6 +15,7 @@ is measured), servers on 127.0.0.1.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -24,6 +29,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 SCRIPTS = sorted(p.name for p in BENCH.iterdir() if p.is_file() and p.suffix in (".py", ".sh"))
+# the modules of one command, in a folder of its own (benchmarks/replaylib/ for replay.py, ...)
+HELPERS = sorted(str(p.relative_to(BENCH)) for p in BENCH.glob("*/*.py"))
+SOURCES = SCRIPTS + HELPERS
 MISSING = "/nonexistent/llama.cpp/build/bin"  # no llama.cpp binaries there, whatever the machine has
 
 
@@ -71,13 +79,40 @@ OWNED_ELSEWHERE: dict[str, str] = {}  # scripts another engineer owns: the rules
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=OWNED_ELSEWHERE[n] + " (fixed: drop it "
                                                   "from OWNED_ELSEWHERE)", strict=True)) if n in OWNED_ELSEWHERE else n
-                                  for n in SCRIPTS])
+                                  for n in SOURCES])
 def test_scripts_import_no_private_names_nor_tests_and_name_no_machine_paths(name):
     text = (BENCH / name).read_text()
     private = [m for m in PRIVATE_IMPORT.findall(text) if re.search(r"(^|[\s,(])_\w", m)]
     assert not private, f"{name} imports private names of specgen: {private}"
+    if name.endswith(".py"):  # of any module: specgen's, or another benchmark module's (imports over lines too)
+        private = [f"{node.module}.{a.name}" for node in ast.walk(ast.parse(text)) if isinstance(node, ast.ImportFrom)
+                   for a in node.names if a.name.startswith("_") and node.module != "__future__"]
+        assert not private, f"{name} imports private names: {private}"
     assert not TESTS_IMPORT.search(text), f"{name} imports from tests/"
     assert not MACHINE_PATH.search(text), f"{name} names a machine path: {MACHINE_PATH.search(text).group(0)}"
+
+
+def test_helper_modules_are_found_and_no_file_is_over_600_lines():
+    assert {"replaylib/common.py", "replaylib/suffix.py", "suffixlib/stats.py"} <= set(HELPERS)
+    files = [p for p in BENCH.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    big = {str(p.relative_to(BENCH)): n for p in files if (n := len(p.read_text().splitlines())) > 600}
+    assert not big, big
+
+
+DRAFTERS = ("PromptLookup", "SuffixDrafter", "DraftModel", "WithLookup", "TranslatedDraftModel")
+
+
+def _called(call: ast.Call) -> str | None:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+@pytest.mark.parametrize("name", [n for n in SOURCES if n.endswith(".py")])
+def test_every_drafter_is_built_by_build_drafter(name):
+    """specgen.drafters.build.build_drafter builds every drafter a benchmark runs, as it does every command's."""
+    calls = [f"{_called(n)} (line {n.lineno})" for n in ast.walk(ast.parse((BENCH / name).read_text()))
+             if isinstance(n, ast.Call) and _called(n) in DRAFTERS]
+    assert not calls, f"{name} builds a drafter itself: {calls}"
 
 
 def test_the_readme_has_a_line_for_every_script():
@@ -198,6 +233,7 @@ def test_smoke(name, tmp_path):
 
 @pytest.fixture(scope="module")
 def replay():
+    """benchmarks/replay.py as its command loads it (benchmarks/ on the path); its modes are MODES[name]."""
     spec = importlib.util.spec_from_file_location("bench_replay", BENCH / "replay.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["bench_replay"] = mod
@@ -205,43 +241,93 @@ def replay():
     return mod
 
 
+@pytest.fixture(scope="module")
+def policy_mode(replay):
+    return replay.MODES["policy"]
+
+
+@pytest.fixture(scope="module")
+def translate(replay):
+    return replay.MODES["translate"]
+
+
 CURVE = [0.0] + [0.02 + 0.01 * n for n in range(1, 40)]
 
 
-def test_policy_replay_of_recorded_drafts(replay):
+def test_the_command_runs_one_module_per_mode(replay):
+    assert {name: mode.__name__ for name, mode in replay.MODES.items()} == {
+        "suffix": "replaylib.suffix", "policy": "replaylib.policy", "translate": "replaylib.translate"}
+    assert all(callable(mode.options) and callable(mode.run) and mode.__doc__ for mode in replay.MODES.values())
+
+
+def test_policy_replay_of_recorded_drafts(policy_mode):
     """A recorded greedy run and a draft right on every other stretch: fixed k and the cost policy."""
     from specgen.policy.base import FixedK
     from specgen.policy.cost import CostAware
 
-    n, depth = 24, replay.DEPTH
+    n, depth = 24, policy_mode.DEPTH
     target = [(3 * i) % 17 for i in range(n + depth)]
     drafts = [[t if (m // 4) % 2 == 0 else -1 for t in target[m:m + depth]] for m in range(1, n + 1)]
     rec = {"target": target, "drafts": drafts, "prompt": [1, 2, 3]}
     costs = {"verify": CURVE, "draft": [0.0] + [0.005 + 0.001 * r for r in range(1, 40)], "feed": 0.001}
-    plain = replay.replay_policy(rec, FixedK(), n, costs)  # FixedK drafts as deep as allowed
-    cost = replay.replay_policy(rec, CostAware(replay.OFFER_MAX, CURVE, costs["draft"][1], costs["feed"],
-                                               draft_verify_s=costs["draft"], seed=0), n, costs)
+    plain = policy_mode.replay_policy(rec, FixedK(), n, costs)  # FixedK drafts as deep as allowed
+    cost = policy_mode.replay_policy(rec, CostAware(policy_mode.OFFER_MAX, CURVE, costs["draft"][1], costs["feed"],
+                                                    draft_verify_s=costs["draft"], seed=0), n, costs)
     assert plain["tps"] > 0 and cost["tps"] > 0 and sum(cost["k_hist"].values()) > 0
 
 
-def test_translate_replay_of_a_recorded_sampled_run(replay):
+def _recorded(prompt, n, depth, target, drafts):
+    return {"target": target, "ctx": [prompt + target[:m] for m in range(n + 1)], "drafts": drafts,
+            "proposals": [[d[:k] for k in range(1, depth + 1)] for d in drafts], "translate_s": [0.0005] * n,
+            "top": [0.9] * (n + depth)}
+
+
+TRANSLATE_COSTS = {"verify": CURVE, "draft": [0.0] + [0.004] * 39, "feed": 0.0005}
+
+
+def test_translate_replay_of_a_recorded_sampled_run(translate):
     """The recorded text is emitted whatever the configuration; only the priced time differs."""
-    prompt, n, depth = [5, 6, 7], 12, replay.DEPTH
+    prompt, n, depth = [5, 6, 7], 12, translate.DEPTH
     target = [(2 * i + 1) % 13 for i in range(n + depth)]
     drafts = [target[m:m + depth] for m in range(1, n + 1)]  # a draft right every time
-    rec = {"target": target, "ctx": [prompt + target[:m] for m in range(n + 1)], "drafts": drafts,
-           "proposals": [[d[:k] for k in range(1, depth + 1)] for d in drafts], "translate_s": [0.0005] * n,
-           "top": [0.9] * (n + depth)}
-    costs = {"verify": CURVE, "draft": [0.0] + [0.004] * 39, "feed": 0.0005}
-    runs = {c: replay.replay_translated(rec, prompt, n, c, costs, (None, None), 0.001) for c in ("plain", "k=2")}
+    rec = _recorded(prompt, n, depth, target, drafts)
+    runs = {c: translate.replay_translated(rec, prompt, n, c, TRANSLATE_COSTS, (None, None), 0.001) for c in ("plain", "k=2")}
     assert set(runs["plain"]["k_hist"]) == {0} and runs["k=2"]["accepted"] == runs["k=2"]["drafted"] > 0
     assert runs["k=2"]["tps"] > runs["plain"]["tps"]
 
 
-def test_translate_configs_are_cost_policy_arguments(replay):
-    assert replay.parse_config("default:old") == ("default", {"explore_near": False})
-    assert replay.parse_config("alone:flat") == ("alone", {"top_prior": False})
-    assert replay.parse_config("default:explore_near=0+decay=0.9") == ("default", {"explore_near": False, "decay": 0.9})
+def test_translate_default_is_the_recorded_model_with_lookup_alongside_as_build_drafter_shapes_it(translate, monkeypatch):
+    """`default`: lookup (built by build_drafter) offers first beside the recorded model, which
+    declares what build_drafter's draft model with lookup alongside declares."""
+    from types import SimpleNamespace
+
+    from specgen.drafters.build import DrafterOptions, OpenedDraft, build_drafter
+    from specgen.policy.cost import CostAware
+
+    depth = translate.DEPTH
+    real = build_drafter(DrafterOptions("model", lookup_alongside=True, model_max=depth), SimpleNamespace(n_vocab=16),
+                         OpenedDraft(None, same_vocab=True, n_shared=16))
+    stand_in = translate.ReplayDraft({}, 0, CURVE, 0.0, None, lookup=build_drafter(translate.ALONGSIDE), model_max=depth)
+    for capability in ("name", "free", "offers", "prefills", "trees", "model_max", "policy_stats"):
+        assert getattr(stand_in, capability) == getattr(real, capability), capability
+    assert (stand_in.lookup.ngram_max, stand_in.lookup.ngram_min) == (real.lookup.ngram_max, real.lookup.ngram_min)
+    assert stand_in.translated and not translate.ReplayDraft({}, 0, CURVE, 0.0, None).offers
+
+    monkeypatch.setattr(translate, "make_policy", lambda name, k, *engines, seed=0, **kw: CostAware(
+        k, CURVE, 0.004, 0.0005, draft_verify_s=TRANSLATE_COSTS["draft"], seed=seed, **kw))
+    prompt, n = [5, 6, 7, 5, 6, 7, 5, 6], 14  # a text that repeats its prompt: lookup has offers
+    target = [(i % 3) + 5 if i % 7 else 9 for i in range(n + depth)]
+    drafts = [target[m:m + depth] if m % 3 else [1] * depth for m in range(1, n + 1)]
+    got = translate.replay_translated(_recorded(prompt, n, depth, target, drafts), prompt, n, "default",
+                                      TRANSLATE_COSTS, (None, None), 0.001)  # asserts the recorded tokens
+    by_lookup = [r for r in got["trace"] if r[1] > 0 and not r[3]]  # drafted rounds the model did not draft
+    assert by_lookup and got["model_rounds"] > 0
+
+
+def test_translate_configs_are_cost_policy_arguments(translate):
+    assert translate.parse_config("default:old") == ("default", {"explore_near": False})
+    assert translate.parse_config("alone:flat") == ("alone", {"top_prior": False})
+    assert translate.parse_config("default:explore_near=0+decay=0.9") == ("default", {"explore_near": False, "decay": 0.9})
     for bad in ("default:seed=3", "default:nothing=1", "default:decay=x", "default:decay"):
         with pytest.raises(SystemExit):
-            replay.parse_config(bad)
+            translate.parse_config(bad)

@@ -1,4 +1,4 @@
-"""benchmarks/replay.py suffix: the ceilings on the suffix drafter's choice of continuation."""
+"""benchmarks/replay.py suffix: its configs, and the ceilings on the suffix drafter's choice of continuation."""
 
 import importlib.util
 import sys
@@ -15,11 +15,25 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def replay_mod():
+    """The suffix mode (benchmarks/replaylib/suffix.py), as benchmarks/replay.py loads it."""
     spec = importlib.util.spec_from_file_location("bench_replay", ROOT / "benchmarks" / "replay.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["bench_replay"] = mod
     spec.loader.exec_module(mod)
-    return mod
+    return mod.MODES["suffix"]
+
+
+def test_configs_are_drafters_build_drafter_makes(replay_mod):
+    lookup = replay_mod.config_drafter("lookup:shared=0")
+    assert lookup.name == "lookup" and (lookup.ngram_max, lookup.ngram_min) == (4, 1)
+    d = replay_mod.config_drafter("current:cut_at_split=0,choice=frequent,min_match=2,local_at_split=0,hindsight=1")
+    assert isinstance(d, SuffixDrafter) and d.global_index is not None and d.policy_stats == {}
+    assert (d.cut_at_split, d.choice, d.min_match, d.local_at_split) == (0, "frequent", 2, 0)
+    assert replay_mod.config_drafter("local:shared=0").global_index is None
+    assert replay_mod.config_drafter("current:shared=0").policy_stats is None  # a fresh policy per request
+    for bad in ("current:nothing=1", "current:choice=bogus", "current:global_cache=0", "other"):
+        with pytest.raises(SystemExit):
+            replay_mod.config_drafter(bad)
 
 
 def test_accepted_counts_the_agreeing_prefix(replay_mod):

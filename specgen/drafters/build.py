@@ -45,10 +45,13 @@ class DrafterOptions:
     p_min: float = 0.0  # model: stop drafting once its top probability falls below this
     global_cache: bool = False  # suffix: also draft from earlier generations of this drafter
     suffix_choice: str = LATEST  # suffix: which earlier occurrence's continuation drafts
+    suffix_settings: tuple[tuple[str, object], ...] = ()  # further SuffixDrafter arguments, for the benchmarks' variants
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown drafter kind '{self.kind}' (choose {', '.join(KINDS)})")
+        if self.suffix_settings and self.kind != "suffix":
+            raise ValueError("suffix_settings are arguments of the suffix index")
 
 
 def build_drafter(opts: DrafterOptions, target=None, draft: OpenedDraft | None = None) -> Drafter:
@@ -56,7 +59,8 @@ def build_drafter(opts: DrafterOptions, target=None, draft: OpenedDraft | None =
     if opts.kind == "lookup":
         return PromptLookup(opts.ngram_max, opts.ngram_min)
     if opts.kind == "suffix":
-        return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.ngram_min)
+        return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.ngram_min,
+                             **dict(opts.suffix_settings))
     if draft is None or target is None:
         raise ValueError("a model drafter needs the target and an opened draft model")
     if draft.same_vocab:
