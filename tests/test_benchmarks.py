@@ -154,8 +154,8 @@ def smoke_http_llama(tmp_path):
 
 def smoke_http_client(tmp_path):
     p = ok(run(["http_client.py", "--requests", "2", "--tokens", "2", "--streams", "2", "--block", "1",
-                "--delay-ms", "0", "--readers", "protocol"], tmp_path))
-    assert "protocol" in p.stdout
+                "--delay-ms", "0", "--readers", "specgen"], tmp_path))
+    assert "specgen" in p.stdout
 
 
 def smoke_policy(tmp_path):
