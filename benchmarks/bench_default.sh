@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# specgen bench on the bundled request set with the embedded Gemma 3 270M:
+# specgen bench on the bundled request set with Gemma 3 270M base (gemma3-270m):
 # plain vs prompt lookup (k = 8) and, when the requantized draft exists,
 # plain vs that draft model (k = 4). Records, CSV and the log go to
 # benchmarks/results/ (git-ignored). Usage:
@@ -19,7 +19,7 @@ if [[ -f "$DRAFT" ]]; then
   configs+=(-C "draft=$DRAFT:k=4")
 fi
 set -x
-python -m specgen bench "${configs[@]}" --max-tokens "$MAX_TOKENS" --repeats "$REPEATS" \
+python -m specgen bench -m gemma3-270m "${configs[@]}" --max-tokens "$MAX_TOKENS" --repeats "$REPEATS" \
   --out "$OUT.jsonl" --csv "$OUT.csv" --json >"$OUT.json" 2>"$OUT.log"
 set +x
 cat "$OUT.log"

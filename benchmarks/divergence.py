@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     bs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bs)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-m", "--model", default=None, help="default: the embedded Gemma 3 270M")
+    ap.add_argument("-m", "--model", default="gemma3-270m", help="default: gemma3-270m (Gemma 3 270M base)")
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--k-max", type=int, default=16)
     ap.add_argument("--workload", choices=("bundled", "agent"), default="bundled")

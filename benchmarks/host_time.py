@@ -104,7 +104,7 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from translate import requests
 
-    tpath = resolve_model(None)
+    tpath = resolve_model("gemma3-270m")
     if args.f32:
         from conftest import make_f32_target
 

@@ -39,7 +39,7 @@ def models():
     from specgen.models.cache import cache_dir
     from specgen.models.registry import resolve_model
 
-    base = resolve_model(None)
+    base = resolve_model("gemma3-270m")
     d = cache_dir() / "test-drafts"
     return base, make_f32_target(base, d / "gemma-3-270m-f32.gguf"), make_q4_0_draft(base, d / "gemma-3-270m-q4_0.gguf")
 

@@ -23,7 +23,7 @@ from specgen.models.registry import resolve_model  # noqa: E402
 
 
 def plain_step_ms(layout: str, threads: int) -> tuple[float, list[int]]:
-    e = Engine(resolve_model(None), n_ctx=4096, n_threads=threads, n_batch=512, n_seq_max=4, kv_unified=True)
+    e = Engine(resolve_model("gemma3-270m"), n_ctx=4096, n_threads=threads, n_batch=512, n_seq_max=4, kv_unified=True)
     try:
         for s in range(4):
             e.decode_batch([(s, [2] + [100 + 7 * s + i % 50 for i in range(300)], 1)])

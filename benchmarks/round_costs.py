@@ -178,7 +178,7 @@ def main(argv=None) -> None:
     reqs = {"agent": agent_requests, "bundled": bundled_requests}[args.workload]()
     if args.start + args.limit > len(reqs):
         ap.error(f"the {args.workload} workload has {len(reqs)} requests")
-    with Engine(resolve_model(None), n_ctx=args.ctx, n_threads=args.threads) as e:
+    with Engine(resolve_model("gemma3-270m"), n_ctx=args.ctx, n_threads=args.threads) as e:
         curve = cost_profile(e)["verify_s"]
         prompts = [(rid, e.tokenize(text)) for rid, text in reqs[: args.start + args.limit]]
         drafters = {c: make_drafter(c) for c in args.configs}

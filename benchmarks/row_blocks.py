@@ -34,7 +34,7 @@ from specgen.models.registry import resolve_model  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-m", "--model", default=None)
+    ap.add_argument("-m", "--model", default="gemma3-270m")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--sequences", type=int, default=4)
     ap.add_argument("--context-tokens", type=int, default=280)

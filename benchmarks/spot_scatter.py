@@ -24,7 +24,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checks", type=int, default=12)
     ap.add_argument("--models", default="default,f32,smollm2-135m",
-                    help="default (the embedded model), f32 (its all-F32 copy), or any model name or path")
+                    help="default (gemma3-270m, Gemma 3 270M base), f32 (its all-F32 copy), or any model name or path")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
@@ -35,11 +35,11 @@ def main() -> None:
 
     for name in args.models.split(","):
         if name == "default":
-            path = resolve_model(None)
+            path = resolve_model("gemma3-270m")
         elif name == "f32":
             from conftest import make_f32_target
 
-            path = make_f32_target(resolve_model(None), cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf")
+            path = make_f32_target(resolve_model("gemma3-270m"), cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf")
         else:
             path = resolve_model(name)
         with Engine(path, n_ctx=4096, n_threads=args.threads) as e:

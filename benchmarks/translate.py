@@ -170,7 +170,7 @@ def main() -> None:
     from specgen.models.registry import resolve_model
     from specgen.rules.sampling import SamplingParams
 
-    tpath = resolve_model(None)
+    tpath = resolve_model("gemma3-270m")
     if args.f32:
         from conftest import make_f32_target
 

@@ -23,7 +23,7 @@ from specgen.drafters.lookup import NGRAM_MAX
 from specgen.errors import SpecgenError, read_text_file
 
 # -- models -------------------------------------------------------------------------
-ModelOpt = Annotated[Optional[str], typer.Option("-m", "--model", help="Target: a .gguf path, a models.toml name or hf:OWNER/REPO/FILE.gguf. Default: the embedded Gemma 3 270M.")]
+ModelOpt = Annotated[Optional[str], typer.Option("-m", "--model", help="Target: a .gguf path, a models.toml name or hf:OWNER/REPO/FILE.gguf. Default: the embedded SmolLM2 135M Instruct (smollm2-135m).")]
 DraftOpt = Annotated[Optional[str], typer.Option("-d", "--draft", help="Draft model (same forms as -m). One with another vocabulary drafts through text: its drafts are re-encoded with the target's tokenizer and verified as point masses, so the output stays exactly the target's.")]
 LookupOpt = Annotated[Optional[bool], typer.Option(
     "--lookup/--no-lookup",
