@@ -19,7 +19,6 @@ from specgen.cli.options import (
 )
 from specgen.errors import SpecgenError
 
-SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
 CHAT_TOLD = dict(
     max_tokens=Told("Tokens per reply at most.", 512),
     temp=Told("Temperature; 0 = greedy. 0.7 keeps a small model from looping; --seed makes it reproducible.", 0.7),
@@ -142,8 +141,7 @@ def _read_line(interactive: bool) -> str | None:
 
 @takes("system", *MODEL, "max_tokens", *SAMPLING, *MACHINE, *NGRAM, "template", "suffix", "global_cache", "json_out", **CHAT_TOLD)
 def chat(
-    system: SystemOpt = None,
-    *, opts, params, max_tokens, temp, seed, draft_max, ngram_max, ngram_min, template, suffix, global_cache, json_out,
+    *, opts, params, system, max_tokens, temp, seed, draft_max, ngram_max, ngram_min, template, suffix, global_cache, json_out,
 ) -> None:
     """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
     from specgen.apps.chat import ContextFull, Conversation, format_for, message_text, parse_command

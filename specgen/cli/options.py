@@ -50,6 +50,8 @@ GlobalCacheOpt = Annotated[OnOff, typer.Option(
     help="With --suffix: also draft from what earlier requests of this process generated (chat turns, server requests), "
          "in one bounded index; off: each request drafts from its own prompt and output only.")]
 TemplateOpt = Annotated[Optional[str], typer.Option("--template", help="Chat template: auto (the GGUF's, else a built-in by family), gguf, gemma, plain, or a Jinja file.")]
+SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
+RawOpt = Annotated[bool, typer.Option("--raw", help="Complete the prompt verbatim, without the model's chat template (a base model, whose GGUF has none, always does).")]
 
 # -- generation and sampling --------------------------------------------------------
 MaxTokOpt = Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens to generate at most.")]
@@ -88,6 +90,7 @@ SHARED = {
     "ngram_max": (NgramMaxOpt, NGRAM_MAX), "ngram_min": (NgramMinOpt, None), "adaptive": (AdaptiveOpt, None),
     "p_min": (PMinOpt, 0.0), "template": (TemplateOpt, None), "suffix": (SuffixOpt, False),
     "global_cache": (GlobalCacheOpt, OnOff.off), "json_out": (JsonOpt, False),
+    "system": (SystemOpt, None), "raw": (RawOpt, False),
 }
 # The groups, as the commands list them.
 MODEL = ("model", "draft", "lookup", "no_spec", "pair", "draft_max")
