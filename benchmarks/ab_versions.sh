@@ -1,6 +1,6 @@
 #!/bin/bash
 # Two checkouts of specgen side by side (interleaved, REPEATS rounds): decode tok/s of
-# `specgen run` plain and with prompt lookup on the copy-heavy prompt, N tokens, THREADS threads.
+# `specgen run -m gemma3-270m` (the base model: raw completion in every version) plain and with prompt lookup on the copy-heavy prompt, N tokens, THREADS threads.
 #   git worktree add --detach ../specgen-old REV
 #   bash benchmarks/ab_versions.sh ../specgen-old .
 # Environment: N (tokens, default 128), REPEATS (default 3), MODES (default "--no-spec --lookup"), THREADS (2).
@@ -32,7 +32,7 @@ for rep in $(seq "$REPEATS"); do
   for root in "${roots[@]}"; do
     for mode in $MODES; do
       # run from the checkout itself: `python -m specgen` imports the working directory's specgen first
-      if ! out=$(cd "$root" && PYTHONPATH="$root" python -m specgen run -f "$P" -n "$N" -t "$THREADS" -c 2048 --ignore-eos \
+      if ! out=$(cd "$root" && PYTHONPATH="$root" python -m specgen run -m gemma3-270m -f "$P" -n "$N" -t "$THREADS" -c 2048 --ignore-eos \
                  --json $mode < /dev/null 2>/dev/null); then
         echo "ab_versions: specgen run $mode failed in $root" >&2
         exit 1

@@ -100,7 +100,7 @@ def sequential_check(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tool", default=None, help="llama-batched-bench (default: the one on PATH)")
-    ap.add_argument("-m", "--model", default=None, help="GGUF (default: the embedded Gemma 3 270M)")
+    ap.add_argument("-m", "--model", default="gemma3-270m", help="GGUF (default: gemma3-270m, Gemma 3 270M base)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--npp", type=int, default=64)
     ap.add_argument("--ntg", type=int, default=32)

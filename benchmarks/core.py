@@ -36,7 +36,7 @@ TOOLS = ("llama-lookup", "llama-bench")
 
 def specgen_run(model, mode_args, n, threads, ctx):
     out = subprocess.run(
-        [sys.executable, "-m", "specgen", "run", "-f", str(PROMPT), "-m", str(model), *mode_args,
+        [sys.executable, "-m", "specgen", "run", "-f", str(PROMPT), "-m", str(model), "--raw", *mode_args,
          "-n", str(n), "-t", str(threads), "-c", str(ctx), "--ignore-eos", "--json"],
         capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL,
     )
@@ -156,7 +156,7 @@ def peak_rss(model, n, threads, ctx):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tools", required=True, help="folder with llama-lookup and llama-bench")
-    ap.add_argument("--model", default=None, help="GGUF (default: the embedded Gemma 3 270M)")
+    ap.add_argument("--model", default=None, help="GGUF (default: gemma3-270m, Gemma 3 270M base)")
     ap.add_argument("-k", type=int, nargs="+", default=[8, 16])
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-t", "--threads", type=int, default=2)
@@ -169,7 +169,7 @@ def main() -> None:
         sys.exit(f"core: no {' or '.join(missing)} in {args.tools} (build llama.cpp's tools: benchmarks/README.md)")
     from specgen.models.registry import resolve_model
 
-    model = Path(args.model) if args.model else resolve_model(None)
+    model = Path(args.model) if args.model else resolve_model("gemma3-270m")
     res: dict = {"model": str(model), "n": args.n, "threads": args.threads, "prompt": PROMPT.name, "k": {}}
 
     # RSS first: the child-process maximum only grows.

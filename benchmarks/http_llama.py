@@ -152,7 +152,7 @@ def compare(records: list[dict], base: str, spec: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-server", default=None, help="llama-server binary (default: the one on PATH)")
-    ap.add_argument("--model", default=None, help="GGUF (default: the embedded Gemma 3 270M Q4_K_M)")
+    ap.add_argument("--model", default=None, help="GGUF (default: gemma3-270m, Gemma 3 270M Q4_K_M base)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-n", "--max-tokens", type=int, default=64)
     ap.add_argument("--limit", type=int, default=12, help="bundled requests (prompt ones)")
@@ -169,7 +169,7 @@ def main() -> None:
     from specgen.bench import load_requests
     from specgen.models.registry import resolve_model
 
-    model = Path(a.model) if a.model else resolve_model(None)
+    model = Path(a.model) if a.model else resolve_model("gemma3-270m")
     tmp = Path(tempfile.mkdtemp(prefix="http_llama."))
     # raw-text requests only: /v1/completions, the same string on both servers
     reqs = [r for r in load_requests(None) if r.prompt is not None][: a.limit]

@@ -67,7 +67,7 @@ def f32_target() -> Path:
     from specgen.models.cache import cache_dir
     from specgen.models.registry import resolve_model
 
-    return requantized(resolve_model(None), cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf", "f32")
+    return requantized(resolve_model("gemma3-270m"), cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf", "f32")
 
 
 def q4_0_draft() -> Path:
@@ -75,14 +75,14 @@ def q4_0_draft() -> Path:
     from specgen.models.cache import cache_dir
     from specgen.models.registry import resolve_model
 
-    return requantized(resolve_model(None), cache_dir() / "test-drafts" / "gemma-3-270m-q4_0.gguf", "q4_0")
+    return requantized(resolve_model("gemma3-270m"), cache_dir() / "test-drafts" / "gemma-3-270m-q4_0.gguf", "q4_0")
 
 
 def models():
     """(the embedded Q4_K_M target, its F32 copy, the Q4_0 draft)."""
     from specgen.models.registry import resolve_model
 
-    return resolve_model(None), f32_target(), q4_0_draft()
+    return resolve_model("gemma3-270m"), f32_target(), q4_0_draft()
 
 
 def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1, lookup=False):

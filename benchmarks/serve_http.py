@@ -253,7 +253,7 @@ def ratio(a: list[dict], b: list[dict]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-server", default=None, help="llama-server binary (omit: specgen only)")
-    ap.add_argument("-m", "--model", default=None, help="model (default: the embedded Gemma 3 270M)")
+    ap.add_argument("-m", "--model", default="gemma3-270m", help="model (default: gemma3-270m, Gemma 3 270M base)")
     ap.add_argument("--requests", type=Path, default=None, help="request file (default: the bundled set)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-c", "--ctx-size", type=int, default=4096)

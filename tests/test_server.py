@@ -437,7 +437,7 @@ def test_completion_matches_specgen_run(srv, client, target, gemma_path):
     assert spec["mode"] == "lookup" and spec["k_max"] == 4 and spec["rounds"] >= 1
     assert set(spec) >= {"drafted", "accepted", "acceptance_rate", "k_hist", "ttft_s", "decode_tokens_per_s"}
     run = subprocess.run(
-        [sys.executable, "-m", "specgen", "run", "--json", "-m", str(gemma_path), "-c", "2048", "-t", "2", "-k", "4",
+        [sys.executable, "-m", "specgen", "run", "--json", "--raw", "-m", str(gemma_path), "-c", "2048", "-t", "2", "-k", "4",
          "-n", str(N), prompt],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
     )

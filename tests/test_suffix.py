@@ -269,7 +269,7 @@ def test_run_suffix_json(gemma_path):
 
     from specgen.cli import app
 
-    res = CliRunner().invoke(app, ["run", COPY, "--suffix", "-n", "12", "--json", "-c", "512", "-t", "2"])
+    res = CliRunner().invoke(app, ["run", COPY, "-m", str(gemma_path), "--suffix", "-n", "12", "--json", "-c", "512", "-t", "2"])
     assert res.exit_code == 0, res.output
     import json
 

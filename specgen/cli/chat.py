@@ -19,7 +19,6 @@ from specgen.cli.options import (
 )
 from specgen.errors import SpecgenError
 
-SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
 CHAT_TOLD = dict(
     max_tokens=Told("Tokens per reply at most.", 512),
     temp=Told("Temperature; 0 = greedy. 0.7 keeps a small model from looping; --seed makes it reproducible.", 0.7),
@@ -140,10 +139,16 @@ def _read_line(interactive: bool) -> str | None:
     return None if line == "" else line.rstrip("\r\n")
 
 
+def base_model_note(model: str, fmt_name: str) -> str:
+    """chat's one line on a model whose GGUF has no chat template (--template auto)."""
+    return (f"{model} has no chat template in its GGUF: a base model, it completes text and was not tuned to chat; "
+            f"replies go through the {fmt_name} template, which it never learned (an instruct model chats: "
+            f"the default smollm2-135m; --template picks one)")
+
+
 @takes("system", *MODEL, "max_tokens", *SAMPLING, *MACHINE, *NGRAM, "template", "suffix", "global_cache", "json_out", **CHAT_TOLD)
 def chat(
-    system: SystemOpt = None,
-    *, opts, params, max_tokens, temp, seed, draft_max, ngram_max, ngram_min, template, suffix, global_cache, json_out,
+    *, opts, params, system, max_tokens, temp, seed, draft_max, ngram_max, ngram_min, template, suffix, global_cache, json_out,
 ) -> None:
     """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
     from specgen.apps.chat import ContextFull, Conversation, format_for, message_text, parse_command
@@ -171,6 +176,8 @@ def chat(
     try:
         target = loaded.target
         fmt = format_for(target, template)
+        if template in (None, "auto") and not target.chat_template():
+            note(base_model_note(loaded.target_path.name, fmt.name))
         conv = Conversation(fmt, target, system)
         model_drafter = loaded.drafter if loaded.mode == "draft" else None
         state = _ChatState(

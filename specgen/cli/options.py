@@ -23,7 +23,7 @@ from specgen.drafters.lookup import NGRAM_MAX
 from specgen.errors import SpecgenError, read_text_file
 
 # -- models -------------------------------------------------------------------------
-ModelOpt = Annotated[Optional[str], typer.Option("-m", "--model", help="Target: a .gguf path, a models.toml name or hf:OWNER/REPO/FILE.gguf. Default: the embedded Gemma 3 270M.")]
+ModelOpt = Annotated[Optional[str], typer.Option("-m", "--model", help="Target: a .gguf path, a models.toml name or hf:OWNER/REPO/FILE.gguf. Default: the embedded SmolLM2 135M Instruct (smollm2-135m).")]
 DraftOpt = Annotated[Optional[str], typer.Option("-d", "--draft", help="Draft model (same forms as -m). One with another vocabulary drafts through text: its drafts are re-encoded with the target's tokenizer and verified as point masses, so the output stays exactly the target's.")]
 LookupOpt = Annotated[Optional[bool], typer.Option(
     "--lookup/--no-lookup",
@@ -50,6 +50,8 @@ GlobalCacheOpt = Annotated[OnOff, typer.Option(
     help="With --suffix: also draft from what earlier requests of this process generated (chat turns, server requests), "
          "in one bounded index; off: each request drafts from its own prompt and output only.")]
 TemplateOpt = Annotated[Optional[str], typer.Option("--template", help="Chat template: auto (the GGUF's, else a built-in by family), gguf, gemma, plain, or a Jinja file.")]
+SystemOpt = Annotated[Optional[str], typer.Option("-s", "--system", help="System prompt.")]
+RawOpt = Annotated[bool, typer.Option("--raw", help="Complete the prompt verbatim, without the model's chat template (a base model, whose GGUF has none, always does).")]
 
 # -- generation and sampling --------------------------------------------------------
 MaxTokOpt = Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens to generate at most.")]
@@ -88,6 +90,7 @@ SHARED = {
     "ngram_max": (NgramMaxOpt, NGRAM_MAX), "ngram_min": (NgramMinOpt, None), "adaptive": (AdaptiveOpt, None),
     "p_min": (PMinOpt, 0.0), "template": (TemplateOpt, None), "suffix": (SuffixOpt, False),
     "global_cache": (GlobalCacheOpt, OnOff.off), "json_out": (JsonOpt, False),
+    "system": (SystemOpt, None), "raw": (RawOpt, False),
 }
 # The groups, as the commands list them.
 MODEL = ("model", "draft", "lookup", "no_spec", "pair", "draft_max")

