@@ -214,7 +214,10 @@ def _write_atomic(f: Path, text: str) -> None:
         tmp.write_text(text)
         os.replace(tmp, f)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 # --------------------------------------------------------------------------- checks
