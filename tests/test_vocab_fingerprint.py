@@ -97,6 +97,7 @@ def test_a_corrupt_header_is_one_line(tmp_path):
         fingerprint(bad, cache=tmp_path / "cache")
     with pytest.raises(SpecgenError, match="not found"):
         fingerprint(tmp_path / "missing.gguf", cache=tmp_path / "cache")
+    assert not same_tokenizer(bad, bad, cache=tmp_path / "cache")  # no shortcut; no error either
 
 
 @pytest.mark.model

@@ -143,12 +143,16 @@ _ARCH_RULES = ("nomic-bert-moe", "jina-bert-v3")
 
 
 def same_tokenizer(a: str | Path | None, b: str | Path | None, *, cache: Path | None = None) -> bool:
-    """Whether the GGUF files at `a` and `b` have equal tokenizer fingerprints
-    (False when either has none, or either path is None)."""
+    """Whether the GGUF files at `a` and `b` have equal tokenizer fingerprints (False
+    when either has none, is None, or cannot be read: a shortcut, never an obstacle;
+    the detailed comparison, or opening the model, then says what is wrong)."""
     if a is None or b is None:
         return False
-    fa = fingerprint(a, cache=cache)
-    return fa is not None and fa == fingerprint(b, cache=cache)
+    try:
+        fa = fingerprint(a, cache=cache)
+        return fa is not None and fa == fingerprint(b, cache=cache)
+    except SpecgenError:
+        return False
 
 
 def fingerprint(path: str | Path, *, cache: Path | None = None) -> str | None:
