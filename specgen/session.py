@@ -184,24 +184,33 @@ POLICIES = ("cost", "heuristic", "fixed")
 
 
 def open_draft(target: Engine, path: Path, **engine_kw) -> OpenedDraft:
-    """A draft model for `target`: the tokenizer check first (from the vocabulary
-    alone, before any weights load), then its engine. A draft with another
-    vocabulary drafts through text; one that cannot encode text is refused.
-    engine_kw as Engine's; the caller closes `engine` (a Session does)."""
+    """A draft model for `target`, opened once, with its weights (engine_kw as
+    Engine's; the caller closes `engine`: a Session does). Equal tokenizer
+    fingerprints (read from the two GGUF headers, cached: specgen.models.vocab)
+    settle the vocabulary check without comparing token by token. Differing ones
+    get the detailed comparison on the engine opened for drafting: a draft with
+    another vocabulary drafts through text, one that cannot encode text is
+    refused (then its weights were loaded for nothing: the rare path)."""
     from specgen.drafters.translated import translation_problem
-    from specgen.models.vocab import compare, n_shared
+    from specgen.models.vocab import compare, n_shared, same_tokenizer
 
-    with Engine(path, vocab_only=True) as draft_vocab:
-        report = compare(target, draft_vocab)
+    same = same_tokenizer(getattr(target, "path", None), path)
+    engine = Engine(path, **engine_kw)
+    if same:
+        return OpenedDraft(engine, True, n_shared(target, engine))
+    try:
+        report = compare(target, engine)
         if not report.compatible:
-            why = translation_problem(target, draft_vocab)
+            why = translation_problem(target, engine)
             if why:
                 raise SpecgenError(
                     f"draft model's tokenizer does not match the target's ({report.first_problem()}) "
                     f"and it cannot draft by translation: {why}"
                 )
-        shared = n_shared(target, draft_vocab)
-    return OpenedDraft(Engine(path, **engine_kw), report.compatible, shared)
+    except BaseException:
+        engine.close()
+        raise
+    return OpenedDraft(engine, report.compatible, n_shared(target, engine))
 
 
 def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None, *,

@@ -117,7 +117,7 @@ def test_bad_inputs_one_line(tmp_path, gemma_path):
         assert needle in line, (args, line)
 
 
-def test_draft_that_cannot_encode_text_is_refused(tmp_path, gemma_path, monkeypatch):
+def test_draft_that_cannot_encode_text_is_refused(tmp_path, gemma_path, smollm_path, monkeypatch):
     from ggufs import write_spm_gguf
 
     import specgen.drafters.translated
@@ -130,8 +130,10 @@ def test_draft_that_cannot_encode_text_is_refused(tmp_path, gemma_path, monkeypa
     from specgen.engine.llama import Engine
     from specgen.errors import SpecgenError
 
+    # open_draft compares on the engine it opens for drafting: a draft with weights
+    # (SmolLM2; its fingerprint differs from Gemma's, so the detailed check runs)
     with Engine(gemma_path, vocab_only=True) as target, pytest.raises(SpecgenError) as err:
-        open_draft(target, tiny)
+        open_draft(target, smollm_path, n_ctx=256)
     assert "tokenizer does not match" in str(err.value) and "cannot draft by translation" in str(err.value)
     res = CliRunner().invoke(app, ["check", str(gemma_path), str(tiny)])
     out = " ".join(res.output.split())  # the console may wrap lines

@@ -1,17 +1,26 @@
-"""The GGUF header check: is a file a complete GGUF v2/v3 model? (reads the header only).
+"""The GGUF header: is a file a complete GGUF v2/v3 model? And a digest of its
+tokenizer's metadata (reads the header only).
 
 Hand-written rather than `gguf.GGUFReader`: the reader builds a numpy view for
 every array element, about 10 s for the embedded model's 262k-token vocabulary
 against about 30 ms here, far too slow for a check made on every run. Only the
 tensor block sizes come from the `gguf` package.
+
+`tokenizer_digest` hashes the raw bytes of every `tokenizer.ggml.*` value (the
+token list, types, scores, merges, special ids and flags) in one pass over the
+mapped header, never turning the arrays into Python objects; what makes it a
+fingerprint of compatibility is specgen.models.vocab's business.
 """
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import struct
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgen.errors import SpecgenError
@@ -33,6 +42,7 @@ class Header:
     n_tensors: int
     data_end: int  # byte offset just past the last tensor's data (or the header)
     file_size: int
+    spans: dict = field(default_factory=dict)  # key -> (value type, first byte, byte past the end) of its value
 
 
 def check_gguf(path: Path) -> None:
@@ -42,6 +52,39 @@ def check_gguf(path: Path) -> None:
 
 def read_header(path: Path) -> Header:
     """The header of a GGUF file, checked: every failure is one SpecgenError line."""
+    with _mapped(path) as (buf, size):
+        header = _parse_header(buf, size)
+    if header.data_end > size:
+        raise SpecgenError(
+            f"{path} is a truncated or corrupt GGUF file "
+            f"(tensor data ends at byte {header.data_end}, the file has {size})"
+        )
+    return header
+
+
+TOKENIZER_PREFIX = "tokenizer.ggml."
+
+
+def tokenizer_digest(path: Path, prefix: str = TOKENIZER_PREFIX) -> tuple[str, dict]:
+    """(a hash over every metadata value whose key starts with `prefix`, the header's
+    scalar metadata). Each value enters as key, GGUF type, length and raw bytes, in
+    key order (files that list their keys in another order hash alike); the
+    tensor entries are not read. Failures as read_header's."""
+    with _mapped(path) as (buf, size):
+        cur, _, _, n_kv = _start(buf, size)
+        metadata, spans = _read_metadata(cur, n_kv)
+        h = hashlib.blake2b(digest_size=20)
+        for key in sorted(k for k in spans if k.startswith(prefix)):
+            vtype, start, end = spans[key]
+            name = key.encode()
+            h.update(struct.pack("<Q", len(name)) + name + struct.pack("<IQ", vtype, end - start))
+            h.update(buf[start:end])
+    return h.hexdigest(), metadata
+
+
+@contextmanager
+def _mapped(path: Path) -> Iterator[tuple[mmap.mmap, int]]:
+    """The file mapped read-only, with its size; every failure (in the body too) is one SpecgenError line."""
     path = Path(path)
     _check_readable(path)
     try:
@@ -49,7 +92,7 @@ def read_header(path: Path) -> Header:
             _check_start(path, f.read(24))
             size = os.fstat(f.fileno()).st_size
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                header = _parse_header(buf, size)
+                yield buf, size
     except SpecgenError:
         raise
     except PermissionError:
@@ -58,12 +101,6 @@ def read_header(path: Path) -> Header:
         raise SpecgenError(f"{path} is a truncated or corrupt GGUF file ({e})") from None
     except OSError as e:
         raise SpecgenError(f"cannot read {path}: {e.strerror or e}") from None
-    if header.data_end > size:
-        raise SpecgenError(
-            f"{path} is a truncated or corrupt GGUF file "
-            f"(tensor data ends at byte {header.data_end}, the file has {size})"
-        )
-    return header
 
 
 def _check_readable(path: Path) -> None:
@@ -171,10 +208,8 @@ class _Cursor:
         return offset + n_elems // block * type_size
 
 
-def _parse_header(buf, size: int) -> Header:
-    """Walk the header: magic, counts, metadata, tensor entries, then where the data ends."""
-    from gguf.constants import GGML_QUANT_SIZES
-
+def _start(buf, size: int) -> tuple[_Cursor, int, int, int]:
+    """A cursor just past the counts, and (version, tensor count, metadata key count)."""
     if bytes(buf[:4]) != b"GGUF":
         raise _Corrupt("bad magic")
     cur = _Cursor(buf, size)
@@ -183,14 +218,31 @@ def _parse_header(buf, size: int) -> Header:
     n_tensors, n_kv = cur.take("<Q"), cur.take("<Q")
     if n_tensors > size or n_kv > size:
         raise _Corrupt(f"implausible counts ({n_tensors} tensors, {n_kv} metadata keys)")
-    metadata = {}
+    return cur, version, n_tensors, n_kv
+
+
+def _read_metadata(cur: _Cursor, n_kv: int) -> tuple[dict, dict]:
+    """(key -> scalar value or array length, key -> (type, start, end) of its value's bytes)."""
+    metadata, spans = {}, {}
     for _ in range(n_kv):
         key = cur.string()
-        metadata[key] = cur.value(cur.take("<I"))
+        vtype = cur.take("<I")
+        start = cur.pos
+        metadata[key] = cur.value(vtype)
+        spans[key] = (vtype, start, cur.pos)
+    return metadata, spans
+
+
+def _parse_header(buf, size: int) -> Header:
+    """Walk the header: magic, counts, metadata, tensor entries, then where the data ends."""
+    from gguf.constants import GGML_QUANT_SIZES
+
+    cur, version, n_tensors, n_kv = _start(buf, size)
+    metadata, spans = _read_metadata(cur, n_kv)
     end = max((cur.tensor_end(GGML_QUANT_SIZES) for _ in range(n_tensors)), default=0)
     align = metadata.get("general.alignment", 32)
     if not isinstance(align, int) or align <= 0:
         raise _Corrupt(f"bad general.alignment {align!r}")
     data_start = -(-cur.pos // align) * align
     data_end = data_start + end if n_tensors else cur.pos
-    return Header(version, metadata, n_tensors, data_end, size)
+    return Header(version, metadata, n_tensors, data_end, size, spans)
