@@ -237,6 +237,9 @@ def test_readme_shows_every_command():
 @pytest.mark.parametrize("args", COMMANDS, ids=[" ".join(a)[:60] for a in COMMANDS])
 def test_readme_command_parses(args, monkeypatch):
     monkeypatch.chdir(ROOT)
+    if not args or args[0].startswith("-"):  # `specgen --version`, `specgen --help`: the group's own options
+        assert CliRunner().invoke(app, args, prog_name="specgen").exit_code == 0
+        return
     res = CliRunner().invoke(app, [*args, "--help"], prog_name="specgen")
     assert res.exit_code == 0, f"specgen {' '.join(args)} --help: {res.output}"
     assert f"Usage: specgen {args[0]}" in res.output
