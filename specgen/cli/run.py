@@ -42,7 +42,7 @@ def prompt_tokens(target, text: str, system: str | None, raw: bool) -> tuple[lis
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt (after any piped stdin): the user turn of the model's chat template, or with --raw the text to complete.")] = None,
     file: Annotated[Optional[Path], typer.Option("-f", "--file", help="Read the prompt from FILE ('-' = stdin).")] = None,
-    tree_width: Annotated[int, typer.Option("--tree-width", help="With --suffix: draft trees of up to N branches, verified in one pass (off: 1; on 2 CPU cores measured slower, see README).")] = 1,
+    tree_width: Annotated[int, typer.Option("--tree-width", help="With --suffix: draft trees of up to N branches, verified in one pass (off: 1; on 2 CPU cores measured slower, see docs/how-it-works.md).")] = 1,
     *, opts, params, system, raw, max_tokens, ignore_eos, json_out,
 ) -> None:
     """Answer the prompt through the model's chat template (a base model, or --raw: complete it
