@@ -147,3 +147,34 @@ def test_metrics_text_parses_whole_and_the_ecosystem_names_agree_with_specgens(f
         else:
             assert all(set(s[1]) == {"position"} for s in per_pos)
         assert counts[0] == value(fams, f"{prefix}:spec_decode_num_drafts", **labels)  # position 0 always right
+
+
+def test_responses_carry_llama_server_timings_beside_the_speculative_block(fake_srv):
+    body = {"prompt": [3], "max_tokens": 10}
+    whole = fake_srv.post(body).json()
+    t, spec = whole["timings"], whole["speculative"]
+    assert t["draft_n"] == spec["drafted"] > 0 and t["draft_n_accepted"] == spec["accepted"] > 0
+    assert t["predicted_n"] == whole["usage"]["completion_tokens"] == 10
+    assert t["prompt_n"] + t["cache_n"] == whole["usage"]["prompt_tokens"]
+    assert t["prompt_ms"] >= 0 and t["predicted_ms"] > 0
+    assert t["predicted_per_second"] == pytest.approx(1000 * t["predicted_n"] / t["predicted_ms"])
+
+    for include_usage in (False, True):
+        with httpx.stream("POST", fake_srv.url + "/v1/completions", timeout=30,
+                          json={**body, "stream": True, "stream_options": {"include_usage": include_usage}}) as r:
+            events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert all("timings" not in c for c in chunks[:-1])  # only the final chunk carries it
+        last = chunks[-1]
+        assert (last["choices"] == []) is include_usage
+        assert last["timings"]["draft_n"] == last["speculative"]["drafted"] == spec["drafted"]
+        assert last["timings"]["draft_n_accepted"] == last["speculative"]["accepted"] == spec["accepted"]
+        assert last["timings"]["predicted_n"] == 10
+
+
+def test_a_request_that_turns_speculation_off_reports_zero_drafts_in_its_timings(fake_srv):
+    r = fake_srv.post({"messages": [{"role": "user", "content": "x"}]}, "/v1/chat/completions")
+    assert r.status_code == 400  # the fake has no chat template: completions only
+    t = fake_srv.post({"prompt": [5], "max_tokens": 6, "speculative": {"k": 0}}).json()["timings"]
+    assert t["draft_n"] == 0 and t["draft_n_accepted"] == 0 and t["predicted_n"] == 6
