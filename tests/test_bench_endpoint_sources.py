@@ -290,3 +290,13 @@ def test_a_baseline_asked_to_speculate_is_checked_too_and_a_silent_server_gets_a
                                   "drafted a token (from vllm)")
     assert obj["warnings"][1].startswith("note: endpoint spec is compared as speculative but reports no speculative")
     assert len(obj["warnings"]) == 2 and all(w in err for w in obj["warnings"])
+
+
+def test_a_level_at_concurrency_one_counts_its_drafts_once():
+    reqs = [{"spec_source": "metrics-delta:vllm", "drafted": 9}, {"spec_source": "metrics-delta:vllm", "drafted": 9}]
+    recs = [{"type": "serve", "config": "o", "requests": reqs, "server_counters": {"drafted": 18, "source": "metrics-delta:vllm"}},
+            {"type": "serve", "config": "o", "requests": [{"spec_source": None, "drafted": 0}],
+             "server_counters": {"drafted": 5, "source": "metrics-delta:vllm"}}]
+    [check] = speculation_check(recs, [Endpoint("o", "http://x")])
+    assert (check["drafted"], check["requests"], check["engaged"]) == (23, 3, True)
+    assert check["sources"] == ["metrics-delta:vllm"]

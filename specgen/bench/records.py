@@ -371,8 +371,10 @@ def speculation_check(records: Sequence[dict], endpoints) -> list[dict]:
             if r.get("type") == "request":
                 runs += [x for x in r.get("runs") or () if x.get("config") == ep.name]
             elif r.get("type") == "serve" and r.get("config") == ep.name:
-                runs += [x for x in r.get("requests") or () if x.get("error") is None]
-                if isinstance(r.get("server_counters"), dict):
+                ok = [x for x in r.get("requests") or () if x.get("error") is None]
+                runs += ok
+                # the batch's counter difference where its requests have no figures of their own
+                if isinstance(r.get("server_counters"), dict) and not any(x.get("spec_source") for x in ok):
                     counters.append(r["server_counters"])
         reported = [x for x in runs if x.get("spec_source")]
         drafted = sum(int(x.get("drafted") or 0) for x in reported) + sum(int(c.get("drafted") or 0) for c in counters)

@@ -22,7 +22,7 @@ def endpoint_lines(endpoints, models: dict) -> list[str]:
     out = []
     for e in endpoints:
         extra = [f"model {e.model}" if e.model else "", f"key ${e.key_env}" if e.key_env else "",
-                 f"body {e.body}" if e.body else "", f"spec counters: /metrics ({e.counters})" if e.counters else ""]
+                 f"body {e.body}" if e.body else "", f"spec counters: /metrics ({e.counters})" if e.counters and not e.per_request else ""]
         role = "baseline" if e.kind == "plain" else "compared"
         out.append(f"  {e.name} ({role}): {e.url}" + "".join(f" · {x}" for x in extra if x))
     return out
