@@ -25,13 +25,11 @@ from typing import Callable, Sequence
 import httpx
 import numpy as np
 
-from specgen.bench.http import (
-    Endpoint, Sampling, counter_delta, counter_stats, probe, request_body, run_measures, scrape_spec_counters,
-    stream_one,
-)
+from specgen.bench.http import Endpoint, Sampling, probe, request_body, run_measures, stream_one
 from specgen.bench.records import endpoint_failure, endpoint_request_record, endpoint_run, load_record
 from specgen.bench.requests import Request
 from specgen.bench.runner import run_order
+from specgen.bench.spec_sources import counter_delta, counter_stats, scrape_spec_counters
 from specgen.bench.stream import StreamPool
 from specgen.errors import SpecgenError
 
