@@ -27,9 +27,9 @@ import pytest
 from helpers import loopback_server, read_request, sigint_default
 from openai_stub import StubServer
 from specgen.bench.http import (
-    Endpoint, Sampling, error_text, merge, parse_counters, parse_endpoints, request_body, run_measures, spec_stats,
-    stream_one,
+    Endpoint, Sampling, error_text, merge, parse_endpoints, request_body, run_measures, stream_one,
 )
+from specgen.bench.spec_sources import parse_counters, spec_stats
 from specgen.bench.load import parse_levels, poisson_arrivals
 from specgen.bench.requests import Request
 from specgen.bench.stream import SseLines, StreamPool

@@ -11,10 +11,9 @@ time to first token, the arrival time of every chunk, tokens, the server's
 own speculative statistics, HTTP status and error text. It never raises for
 a failed request: a failure is a result (`error` set), counted, not fatal.
 
-Speculative statistics come from the stream itself (specgen serve's
-`speculative` block, llama-server's `timings.draft_n` / `draft_n_accepted`)
-or, for vLLM, from its Prometheus counters (`scrape_spec_counters`, read
-before and after a run by the caller).
+Speculative statistics (where each figure came from, counter differences
+around a request for a server with only /metrics counters) are read by
+specgen.bench.spec_sources.
 """
 
 from __future__ import annotations
@@ -33,18 +32,14 @@ from urllib.parse import urlsplit
 import httpx
 
 from specgen.bench.requests import Request
+from specgen.bench.spec_sources import COUNTER_FAMILIES, asks_speculation, sample_names, spec_stats
+from specgen.bench.spec_sources import parse_counters  # noqa: F401 - benchmarks/http_client.py imports it from here
 from specgen.bench.stream import BadResponse, ConnectFailed, ServerClosed, SseLines, StreamError, StreamPool
 from specgen.errors import SpecgenError
 
 PROBE_TIMEOUT_S = 10.0
 ERROR_TEXT_MAX = 300
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
-# vLLM's spec-decode counters (Prometheus names; summed over their label sets).
-VLLM_COUNTERS = {
-    "vllm:spec_decode_num_drafts_total": "rounds",
-    "vllm:spec_decode_num_draft_tokens_total": "drafted",
-    "vllm:spec_decode_num_accepted_tokens_total": "accepted",
-}
 
 
 @dataclass
@@ -61,7 +56,19 @@ class Endpoint:
     key_env: str | None = None
     body: dict = field(default_factory=dict)
     kind: str = "http"
-    vllm_metrics: bool = False  # set by probe: /metrics carries vLLM's spec-decode counters
+    counters: str | None = None  # set by probe: the family of speculative counters /metrics carries (COUNTER_FAMILIES)
+    per_request: bool = False  # set by the warm-up: its responses carry their own speculative statistics
+
+    @property
+    def vllm_metrics(self) -> bool:
+        return self.counters == "vllm"
+
+    @property
+    def speculative(self) -> bool:
+        """Named as speculative: its body asks for speculation, or (unless its body turns it
+        off) the run compares it against the baseline."""
+        asked = asks_speculation(self.body)
+        return asked if asked is not None else self.kind != "plain"
 
     @property
     def label(self) -> str:
@@ -271,7 +278,7 @@ async def stream_one(pool: StreamPool, ep: Endpoint, path: str, body: dict, time
     is parsed as its bytes arrive (specgen.bench.stream), not by httpx.
     """
     out: dict = {"status": None, "error": None, "ttft_s": None, "total_s": None, "chunk_s": [], "text": "",
-                 "usage": None, "speculative": None, "timings": None, "finish_reason": None}
+                 "usage": None, "speculative": None, "timings": None, "metrics": None, "finish_reason": None}
     data = json.dumps(body).encode()
     out["started"] = t0 = time.perf_counter()
     try:
@@ -351,7 +358,7 @@ class SseReader:
                 self.texts.append(piece)
             if choice.get("finish_reason"):
                 out["finish_reason"] = choice["finish_reason"]
-        for key in ("usage", "speculative", "timings"):
+        for key in ("usage", "speculative", "timings", "metrics"):
             if isinstance(obj.get(key), dict):
                 out[key] = obj[key]
 
@@ -383,33 +390,7 @@ def run_measures(raw: dict) -> dict:
         "finish_reason": raw["finish_reason"],
         "text": raw["text"],
     }
-    out.update(spec_stats(raw["speculative"], raw["timings"]))
-    return out
-
-
-def spec_stats(spec: dict | None, timings: dict | None) -> dict:
-    """The server's own speculative counters, in the bench's names (zeros when it reports none).
-
-    rounds is known only from specgen serve (0 otherwise: mean accepted
-    length is then not computed); server_latency_s is the server's own
-    measure of the request, when it gives one.
-    """
-    out = {"rounds": 0, "drafted": 0, "accepted": 0, "k_hist": {}, "per_position": [], "draft_max": 0,
-           "spec_source": None, "queue_s": 0.0, "server_latency_s": None, "server_spec": None}
-    if isinstance(spec, dict) and "drafted" in spec:
-        out.update(
-            spec_source="specgen", rounds=int(spec.get("rounds") or 0), drafted=int(spec.get("drafted") or 0),
-            accepted=int(spec.get("accepted") or 0), k_hist=dict(spec.get("k_hist") or {}),
-            draft_max=int(spec.get("k_max") or 0), queue_s=float(spec.get("queue_s") or 0.0),
-            server_latency_s=spec.get("latency_s"), server_spec=spec,
-        )
-    elif isinstance(timings, dict):
-        if "prompt_ms" in timings and "predicted_ms" in timings:
-            out["server_latency_s"] = (float(timings["prompt_ms"]) + float(timings["predicted_ms"])) / 1000
-        out["server_spec"] = timings
-        if "draft_n" in timings:
-            out.update(spec_source="llama-server", drafted=int(timings["draft_n"]),
-                       accepted=int(timings.get("draft_n_accepted") or 0))
+    out.update(spec_stats(raw["speculative"], raw["timings"], raw.get("metrics")))
     return out
 
 
@@ -419,7 +400,7 @@ def spec_stats(spec: dict | None, timings: dict | None) -> dict:
 async def probe(client: httpx.AsyncClient, ep: Endpoint) -> list[str]:
     """GET /v1/models: the model ids it serves; one SpecgenError line if the endpoint cannot be used.
 
-    Also looks at /metrics for vLLM's spec-decode counters (sets ep.vllm_metrics).
+    Also looks at /metrics for speculative counters (sets ep.counters to their family).
     When no --endpoint-model was given, the first model listed is used.
     """
     where = f"endpoint {ep.name} ({ep.url})"
@@ -441,44 +422,12 @@ async def probe(client: httpx.AsyncClient, ep: Endpoint) -> list[str]:
                            f"({error_text(r.content)})") from None
     if ep.model is None and ids:
         ep.model = ids[0]
+    ep.counters = None
     try:
         m = await client.get(ep.url + "/metrics", headers=ep.headers, timeout=PROBE_TIMEOUT_S)
-        ep.vllm_metrics = m.status_code == 200 and "vllm:spec_decode_num_draft_tokens" in m.text
     except httpx.HTTPError:
-        ep.vllm_metrics = False
+        return ids
+    if m.status_code == 200:
+        names = sample_names(m.text)
+        ep.counters = next((f for f, (c, _) in COUNTER_FAMILIES.items() if set(c) <= names), None)
     return ids
-
-
-def parse_counters(text: str, names: Iterable[str]) -> dict[str, float]:
-    """Prometheus text → the named counters, each summed over its label sets."""
-    want = set(names)
-    out = {n: 0.0 for n in want}
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        head, _, value = line.rpartition(" ")
-        name = head.split("{", 1)[0].strip()
-        if name in want:
-            try:
-                out[name] += float(value)
-            except ValueError:
-                pass
-    return out
-
-
-async def scrape_spec_counters(client: httpx.AsyncClient, ep: Endpoint) -> dict[str, float] | None:
-    """vLLM's spec-decode counters now, in the bench's names; None if unreadable."""
-    try:
-        r = await client.get(ep.url + "/metrics", headers=ep.headers, timeout=PROBE_TIMEOUT_S)
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200:
-        return None
-    c = parse_counters(r.text, VLLM_COUNTERS)
-    return {VLLM_COUNTERS[k]: v for k, v in c.items()}
-
-
-def counter_delta(before: dict | None, after: dict | None) -> dict | None:
-    if before is None or after is None:
-        return None
-    return {k: int(round(after[k] - before[k])) for k in before}

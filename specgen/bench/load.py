@@ -25,12 +25,11 @@ from typing import Callable, Sequence
 import httpx
 import numpy as np
 
-from specgen.bench.http import (
-    Endpoint, Sampling, counter_delta, probe, request_body, run_measures, scrape_spec_counters, stream_one,
-)
+from specgen.bench.http import Endpoint, Sampling, probe, request_body, run_measures, stream_one
 from specgen.bench.records import endpoint_failure, endpoint_request_record, endpoint_run, load_record
 from specgen.bench.requests import Request
 from specgen.bench.runner import run_order
+from specgen.bench.spec_sources import counter_delta, counter_stats, scrape_spec_counters
 from specgen.bench.stream import StreamPool
 from specgen.errors import SpecgenError
 
@@ -137,7 +136,12 @@ class HttpBench:
         return await stream_one(self.streams, ep, path, body, self.settings.timeout)
 
     async def prepare(self, client: httpx.AsyncClient) -> None:
-        """Probe every endpoint, then one short untimed request each (warm-up, and proof it streams)."""
+        """Probe every endpoint, then one short untimed request each (warm-up, and proof it streams).
+
+        The warm-up also says whether an endpoint's responses carry their own
+        speculative statistics (ep.per_request): if they do, its /metrics
+        counters are not read around each request.
+        """
         for ep in self.endpoints:
             self.models[ep.name] = await probe(client, ep)
         if not self.settings.warmup:
@@ -148,22 +152,28 @@ class HttpBench:
             raw = await self.stream(client, ep, path, body)
             if raw["error"] is not None:
                 raise SpecgenError(f"endpoint {ep.name} ({ep.url}): the warm-up request failed: {raw['error']}")
+            ep.per_request = run_measures(raw)["spec_source"] is not None
 
-    async def one(self, client, ep: Endpoint, req: Request) -> dict:
-        """One measured request: run measures, or a failure dict (`error` set)."""
+    async def one(self, client, ep: Endpoint, req: Request, alone: bool = True) -> dict:
+        """One measured request: run measures, or a failure dict (`error` set).
+
+        alone: no other request is in flight to this endpoint, so the
+        difference of its /metrics counters around this one is this one's
+        (read only for an endpoint whose responses carry no statistics of their own).
+        """
         path, body = request_body(ep, req, self.settings.sampling)
-        before = await scrape_spec_counters(client, ep) if ep.vllm_metrics else None
+        scrape = alone and ep.counters is not None and not ep.per_request
+        before = await scrape_spec_counters(client, ep) if scrape else None
         raw = await self.stream(client, ep, path, body)
         self.timing.requests += 1
         self.timing.request_s += raw["total_s"]
         if raw["error"] is not None:
             return raw
         m = run_measures(raw)
-        if before is not None:
+        if before is not None and m["spec_source"] is None:
             d = counter_delta(before, await scrape_spec_counters(client, ep))
-            if d is not None:  # one request at a time: the delta is this request's
-                m.update(spec_source="vllm-metrics", rounds=d["rounds"], drafted=d["drafted"], accepted=d["accepted"],
-                         server_spec=d)
+            if d is not None:
+                m.update(counter_stats(d, ep.counters))
         return m
 
     # -- sequential: per-request speedup ---------------------------------------------------
@@ -240,13 +250,15 @@ class HttpBench:
 
     async def batch(self, client, ep: Endpoint, load: str, level, rep: int) -> dict:
         """One level in one endpoint: its "serve" record."""
-        before = await scrape_spec_counters(client, ep) if ep.vllm_metrics else None
+        before = await scrape_spec_counters(client, ep) if ep.counters is not None else None
         if load == "concurrency":
             results, wall = await self._timed(self.closed_loop(client, ep, self.jobs(), level))
         else:
             arrivals = self.arrivals(level, rep)
             results, wall = await self._timed(self.open_loop(client, ep, self.jobs()[: len(arrivals)], arrivals))
         counters = counter_delta(before, await scrape_spec_counters(client, ep)) if before is not None else None
+        if counters is not None:
+            counters["source"] = f"metrics-delta:{ep.counters}"
         return load_record(load, level, ep.name, rep, results, wall, counters)
 
     def arrivals(self, rate: float, repeat: int) -> list[float]:
@@ -255,9 +267,10 @@ class HttpBench:
         # the same schedule for every endpoint at a level and repeat: they see the same load
         return poisson_arrivals(rate, count, s.duration, s.seed + 7919 * repeat)
 
-    async def _request(self, client, ep: Endpoint, n: int, req: Request, t0: float, scheduled: float | None) -> dict:
+    async def _request(self, client, ep: Endpoint, n: int, req: Request, t0: float, scheduled: float | None,
+                       alone: bool = False) -> dict:
         sent = time.perf_counter() - t0
-        m = await self.one(client, ep, req)
+        m = await self.one(client, ep, req, alone)
         temp = self.settings.sampling.temperature if req.temperature is None else req.temperature
         head = {"id": req.id, "category": req.category, "n": n, "temperature": temp, "scheduled_s": scheduled,
                 "sent_s": sent}
@@ -275,7 +288,7 @@ class HttpBench:
 
         async def worker():
             for n, req in it:
-                results[n] = await self._request(client, ep, n, req, t0, None)
+                results[n] = await self._request(client, ep, n, req, t0, None, alone=concurrency == 1)
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))))
         return [r for r in results if r is not None], time.perf_counter() - t0

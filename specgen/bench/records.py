@@ -352,3 +352,35 @@ def load_record(load: str, level, config: str, repeat: int, requests: list[dict]
         "server_counters": counters,
         "requests": requests,
     }
+
+
+def speculation_check(records: Sequence[dict], endpoints) -> list[dict]:
+    """Per endpoint: did its requests draft? What the warning "speculation did not engage" reads.
+
+    Over every successful request of the endpoint (sequential runs, load
+    levels' requests, and the levels' counter differences): how many
+    reported speculative figures, how many tokens they drafted, from which
+    sources. engaged: True (some drafted), False (figures were reported and
+    none drafted), None (nothing reported: unknown). speculative: the
+    endpoint is named as speculative (Endpoint.speculative).
+    """
+    out = []
+    for ep in endpoints:
+        runs, counters = [], []
+        for r in records:
+            if r.get("type") == "request":
+                runs += [x for x in r.get("runs") or () if x.get("config") == ep.name]
+            elif r.get("type") == "serve" and r.get("config") == ep.name:
+                ok = [x for x in r.get("requests") or () if x.get("error") is None]
+                runs += ok
+                # the batch's counter difference where its requests have no figures of their own
+                if isinstance(r.get("server_counters"), dict) and not any(x.get("spec_source") for x in ok):
+                    counters.append(r["server_counters"])
+        reported = [x for x in runs if x.get("spec_source")]
+        drafted = sum(int(x.get("drafted") or 0) for x in reported) + sum(int(c.get("drafted") or 0) for c in counters)
+        sources = sorted({x["spec_source"] for x in reported} | {c.get("source") or "metrics-delta" for c in counters})
+        out.append({"endpoint": ep.name, "speculative": ep.speculative, "requests": len(runs),
+                    "reported": len(reported), "drafted": drafted, "sources": sources,
+                    "engaged": (drafted > 0) if (reported or counters) else None})
+    return out
+

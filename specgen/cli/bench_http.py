@@ -26,6 +26,7 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
     from specgen import __version__, bench as B
     from specgen.bench.http import Sampling, parse_endpoints
     from specgen.bench.load import HttpBench, LoadSettings, parse_levels, run
+    from specgen.bench.records import speculation_check
     from specgen.cli.bench_out import MemorySink, check_writable, write_report
 
     eps = parse_endpoints(endpoint, endpoint_model, endpoint_key_env, endpoint_body, baseline)
@@ -123,6 +124,10 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
             lat = B.latency_summary(records, names)
             if records:
                 rh.print_http_bench(con, records, eps, summaries, lat)
+        checks = speculation_check(records, eps)
+        warnings = rh.speculation_lines(checks)
+        for line in warnings:  # stderr, under the tables: the report's last word on each endpoint
+            con.print(line, soft_wrap=True, markup=False, highlight=False)
         timing = bench.timing.to_dict()
         con.print(rh.client_line(timing) + (f" · records: {out}" if out else ""), soft_wrap=True)
         if interrupted:
@@ -138,6 +143,7 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
                 "settings": {k: state["meta"][k] for k in ("max_tokens", "repeats", "ignore_eos", "temperature", "seed",
                                                            "count", "duration", "timeout", "loads")},
                 "interrupted": interrupted, "records": len(records), "client": timing,
+                "speculation": checks, "warnings": warnings,
                 "out": str(out) if out else None,
             }
             if sweep:

@@ -22,7 +22,7 @@ def endpoint_lines(endpoints, models: dict) -> list[str]:
     out = []
     for e in endpoints:
         extra = [f"model {e.model}" if e.model else "", f"key ${e.key_env}" if e.key_env else "",
-                 f"body {e.body}" if e.body else "", "spec counters: /metrics" if e.vllm_metrics else ""]
+                 f"body {e.body}" if e.body else "", f"spec counters: /metrics ({e.counters})" if e.counters and not e.per_request else ""]
         role = "baseline" if e.kind == "plain" else "compared"
         out.append(f"  {e.name} ({role}): {e.url}" + "".join(f" · {x}" for x in extra if x))
     return out
@@ -55,7 +55,7 @@ def print_http_bench(con, records, endpoints, summary: dict, lat: dict) -> None:
         con.print(f"[red]failed[/red] {line}", soft_wrap=True)
     con.print("ttft = to the first chunk with text; tpot = (e2e − ttft) ÷ (tokens − 1); chunk gap = time between "
               "chunks (a speculative server may send several tokens in one); acceptance comes from the server's own "
-              "counters when it reports them.", soft_wrap=True)
+              "figures when it reports them (each run's spec_source in the records says which).", soft_wrap=True)
 
 
 def sweep_table(summary: dict, endpoints):
@@ -104,3 +104,22 @@ def print_http_sweep(con, summaries: list[dict], endpoints) -> None:
 def client_line(t: dict) -> str:
     return (f"client: {t['cpu_per_request_ms']:.2f} ms CPU a request ({100 * t['cpu_share_of_request_time']:.2f}% of "
             f"the requests' time), {t['requests']} requests in {t['wall_s']:.1f} s")
+
+
+def speculation_lines(checks: list[dict]) -> list[str]:
+    """One line per endpoint named as speculative whose requests never drafted (a warning), or
+    that reported nothing to tell (a note); nothing for the others."""
+    out = []
+    for c in checks:
+        if not c["speculative"] or not c["requests"]:
+            continue
+        if c["engaged"] is False:
+            n = c["reported"]
+            out.append(f"warning: endpoint {c['endpoint']}: speculation did not engage: none of its {n} "
+                       f"request{'s' * (n != 1)} drafted a token (from {', '.join(c['sources'])})")
+        elif c["engaged"] is None:
+            out.append(f"note: endpoint {c['endpoint']} is compared as speculative but reports no speculative "
+                       "statistics (no specgen block, vLLM per-request metrics, llama-server timings or /metrics "
+                       "counters): whether speculation engaged is unknown")
+    return out
+

@@ -96,7 +96,8 @@ class Routes:
 
     async def metrics_text(self, request: HttpRequest):
         check_auth(request, self.cfg.api_key)
-        return PlainTextResponse(self.metrics.render(gauges(self.engine)), media_type="text/plain; version=0.0.4")
+        text = self.metrics.render(gauges(self.engine), model_name=self.cfg.model_id, draft_max=self.cfg.defaults.draft_max)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     # -- generation
 

@@ -28,10 +28,10 @@ def error_response(exc: S.ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-def end_blocks(req: Request, record: dict) -> tuple[dict, dict]:
-    """The usage and speculative blocks of a finished request."""
+def end_blocks(req: Request, record: dict) -> tuple[dict, dict, dict]:
+    """The usage, speculative and (llama-server's) timings blocks of a finished request."""
     use = S.usage(record["prompt_tokens"], record["generated_tokens"], record["cached_tokens"])
-    return use, S.speculative_block(req.spec, record)
+    return use, S.speculative_block(req.spec, record), S.timings_block(record)
 
 
 # -- streamed --------------------------------------------------------------------
@@ -94,14 +94,15 @@ async def sse_lines(req: Request, kind: str, model: str, include_usage: bool) ->
 
 
 def _final_chunks(chunk: _Chunks, req: Request, done: tuple, include_usage: bool) -> list[dict]:
-    """The finish chunk carrying usage and speculative blocks; with include_usage, they
-    ride on a chunk of their own with no choices (OpenAI's shape)."""
+    """The finish chunk carrying usage, speculative and timings blocks; with include_usage,
+    they ride on a chunk of their own with no choices (OpenAI's shape; llama-server puts
+    its timings on that last chunk too)."""
     _, reason, record, _text = done
-    use, spec = end_blocks(req, record)
+    use, spec, timings = end_blocks(req, record)
     out = [chunk(finish=S.finish_reason(reason))]
     if include_usage:
         out.append(chunk(choices=False))
-    out[-1]["usage"], out[-1]["speculative"] = use, spec
+    out[-1]["usage"], out[-1]["speculative"], out[-1]["timings"] = use, spec, timings
     return out
 
 
@@ -120,9 +121,9 @@ async def whole_response(req: Request, request: HttpRequest, kind: str, model: s
     if done[0] == "error":
         return error_response(done[1])
     _, reason, record, text = done
-    use, spec = end_blocks(req, record)
+    use, spec, timings = end_blocks(req, record)
     tokens = record["tokens"] if return_tokens else None
-    return JSONResponse(S.response(kind, req.job.id, model, text, S.finish_reason(reason), use, spec, tokens))
+    return JSONResponse(S.response(kind, req.job.id, model, text, S.finish_reason(reason), use, spec, tokens, timings))
 
 
 async def collect(req: Request, request: HttpRequest):

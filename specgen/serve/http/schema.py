@@ -295,7 +295,39 @@ def speculative_block(spec: Spec, record: dict) -> dict:
     }
 
 
-def response(kind: str, rid: str, model: str, text: str, finish: str, use: dict, spec: dict, tokens=None) -> dict:
+def timings_block(record: dict) -> dict:
+    """llama-server's `timings` object for one request (its field names and units: milliseconds).
+
+    prompt_n: prompt tokens prefilled (cache_n more came from the prompt
+    cache); prompt_ms: admission → first token (the prefill); predicted_n:
+    tokens generated; predicted_ms: first token → last; draft_n /
+    draft_n_accepted: draft tokens proposed / accepted. llama-server leaves
+    the draft fields out when nothing was drafted; here they are always
+    there (0), so a client can tell "speculation did not engage" from a
+    server that does not report it.
+    """
+    cached = int(record.get("cached_tokens") or 0)
+    prompt_n = max(int(record["prompt_tokens"]) - cached, 0)
+    prompt_ms = 1000.0 * max(record["ttft_s"] - record["queue_s"], 0.0)
+    predicted_n = int(record["generated_tokens"])
+    predicted_ms = 1000.0 * max(record["latency_s"] - record["ttft_s"], 0.0)
+    return {
+        "cache_n": cached,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+        "prompt_per_second": 1000.0 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
+        "predicted_per_second": 1000.0 * predicted_n / predicted_ms if predicted_ms > 0 else 0.0,
+        "draft_n": int(record["drafted"]),
+        "draft_n_accepted": int(record["accepted"]),
+    }
+
+
+def response(kind: str, rid: str, model: str, text: str, finish: str, use: dict, spec: dict, tokens=None,
+             timings: dict | None = None) -> dict:
     created = int(time.time())
     if kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish}
@@ -305,8 +337,11 @@ def response(kind: str, rid: str, model: str, text: str, finish: str, use: dict,
         obj = "text_completion"
     if tokens is not None:
         choice["tokens"] = tokens
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
-            "usage": use, "speculative": spec}
+    out = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
+           "usage": use, "speculative": spec}
+    if timings is not None:
+        out["timings"] = timings
+    return out
 
 
 def chunk(kind: str, rid: str, model: str, created: int, *, text: str | None = None, role: bool = False,
