@@ -24,8 +24,8 @@ from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
-from specgen.notes import note
 from specgen.models.catalog import Catalog, load_catalog
+from specgen.notes import note
 from specgen.policy.estimates import CostLog
 from specgen.rules.sampling import SamplingParams
 

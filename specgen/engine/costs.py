@@ -365,7 +365,8 @@ def cost_profile(engine, *, cache: Path | None = None, refresh: bool = False,
         prof = {"model": str(engine.path), "threads": engine.n_threads, "version": PROFILE_VERSION,
                 "verify_s": measure_verify(engine), "feed_s": measure_feed(engine), "measured_at": time.time()}
     else:
-        why = "first use" if old is None else "its cached costs are out of date"
+        why = ("first use" if old is None else "its cached costs were taken on a busier machine" if _current(old)
+               else "its cached costs are of an older format")
         note(f"timing {_name(engine)} on this machine ({why}: {len(PROBE_ROWS) + 2} passes; "
              "the rest is learned as it runs)")
         prof = probe(engine)
