@@ -12,7 +12,7 @@ import pytest
 from fakes import FakeEngine, chain_table
 from specgen import notes
 from specgen.engine import costs
-from specgen.engine.costs import PROBE_ROWS, block_curve, cost_profile, learn, merge_seen
+from specgen.engine.costs import PROBE_PASSES, PROBE_REPEATS, PROBE_ROWS, block_curve, cost_profile, learn, merge_seen
 from specgen.policy.cost import CostAware
 from specgen.policy.estimates import CostLog, Estimates, Observed
 from specgen.session import Session
@@ -21,7 +21,6 @@ from specgen.session import Session
 # (docs/notes/2026-12-cost-profiles.md, "Why the wall clock lagged the replay")
 MEASURED = {1: 19.3, 2: 25.4, 3: 29.3, 4: 33.0, 5: 48.9, 6: 52.5, 7: 56.9, 8: 48.9, 9: 66.1, 11: 75.0,
             12: 65.1, 13: 83.1, 15: 94.2, 16: 81.7, 17: 99.0, 20: 99.1}
-PROBE_PASSES = len(PROBE_ROWS) + 2  # a warm-up, the prompt's bulk feed, then one pass per probed row count
 
 
 class TimedFake(FakeEngine):
@@ -83,7 +82,8 @@ def test_a_session_with_no_cached_costs_times_only_the_probe(model_file, cache):
     policy = s.new_policy(draft_engine=draft)
     assert isinstance(policy, CostAware)
     assert len(target.decodes) == PROBE_PASSES and len(draft.decodes) == PROBE_PASSES
-    assert sorted(n for _, _, n in target.decodes[2:]) == sorted(PROBE_ROWS)  # one pass of each probed row count
+    assert PROBE_PASSES == 2 + PROBE_REPEATS * len(PROBE_ROWS) <= 12  # a warm-up, the prompt's bulk feed, the passes
+    assert sorted(n for _, _, n in target.decodes[2:]) == sorted(PROBE_ROWS * PROBE_REPEATS)
     prof = json.loads(next(cache.glob("*.json")).read_text())
     assert prof["provisional"] == [n for n in range(1, 33) if n not in PROBE_ROWS] and prof["feed_provisional"]
     n = len(target.decodes)
@@ -312,3 +312,25 @@ def test_the_cli_says_it_probes_on_first_use_only(gemma_path, tmp_path, monkeypa
     with pytest.raises(SystemExit):
         main(args)
     assert "timing " not in capsys.readouterr().err
+
+
+def test_a_probed_pass_slowed_by_a_burst_of_load_does_not_overprice_the_rows_filled_from_it(model_file, cache, clock):
+    """Each probed row count is timed twice, the lesser kept; and once a probed figure
+    is corrected (an observed pass), the figures filled from it follow."""
+    passes = []
+
+    def bursty(rows):  # the first pass of 5 rows (after the warm-up) meets a burst of load: 60x
+        passes.append(rows)
+        return table_cost(rows) * (60 if rows == 5 and passes.count(5) == 1 else 1)
+
+    prof = cost_profile(TimedFake(model_file, cost=bursty, clock=clock))
+    assert prof["verify_s"][6] == pytest.approx(MEASURED[6] / 1000, rel=0.07)  # the second pass of 5 rows priced it
+    # had both passes met it: the observed 5-row pass brings the remainder rows back down at close
+    f = next(cache.glob("*.json"))
+    slowed = set(prof["provisional"]) | {5}
+    f.write_text(json.dumps({**prof, "verify_s": [t * 60 if n in slowed else t for n, t in enumerate(prof["verify_s"])]}))
+    seen = Observed()
+    seen.add_pass(5, MEASURED[5] / 1000)
+    merged = learn(TimedFake(model_file), seen)
+    for n in (6, 7, 9, 11, 13, 15):
+        assert merged["verify_s"][n] == pytest.approx(MEASURED[n] / 1000, rel=0.07), n

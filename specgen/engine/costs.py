@@ -131,10 +131,14 @@ def pick_cost(n_vocab: int, params) -> float:
 
 # The probe a model never seen gets before its first token: a plain step, k = 1,
 # the sawtooth's low point at 4 rows and its jump at 5, and one more block at 8
-# (docs/notes/2026-12-cost-profiles.md); once each after a warm-up, so it costs
-# about what 8 passes of one generation do. The verify setup's prompt prefill,
-# timed, prices a bulk feed.
+# (docs/notes/2026-12-cost-profiles.md). Twice each, going round, the lesser
+# kept: the fill spreads each figure over many row counts, so one pass a burst of
+# load slowed would overprice them all, and an overpriced figure is never chosen,
+# so never observed and corrected (docs/notes/2026-12-02-first-run.md). The
+# verify setup's prompt prefill, timed, prices a bulk feed.
 PROBE_ROWS = (1, 2, 4, 5, 8)
+PROBE_REPEATS = 2
+PROBE_PASSES = 2 + PROBE_REPEATS * len(PROBE_ROWS)  # with the warm-up and the prefill
 
 
 def block_curve(seen: dict[int, float], max_rows: int = 32) -> list[float]:
@@ -170,7 +174,10 @@ def probe(engine, max_rows: int = 32) -> dict:
     t = time.perf_counter()
     engine.sync(0, prompt)  # the context the passes are timed after (as measure_verify's), fed in bulk
     feed_s = (time.perf_counter() - t) / len(prompt)
-    seen = {n: _time_pass(engine, filler, n, len(prompt), 1) for n in PROBE_ROWS}
+    seen: dict[int, float] = {}
+    for _ in range(PROBE_REPEATS):
+        for n in PROBE_ROWS:
+            seen[n] = min(seen.get(n, float("inf")), _time_pass(engine, filler, n, len(prompt), 1))
     engine.truncate(0, 0)
     return {"model": str(engine.path), "threads": engine.n_threads, "version": PROFILE_VERSION,
             "verify_s": block_curve(seen, max_rows), "feed_s": feed_s, "measured_at": time.time(),
@@ -256,7 +263,19 @@ def _merge(old: dict | None, new: dict) -> dict:
     except (TypeError, KeyError, ValueError, AttributeError, IndexError):  # no old profile, or not one to trust
         return new
     out = {**new, "verify_s": curve, "feed_s": feed, "provisional": still, "feed_provisional": not feed_measured}
-    return _tidy(out)
+    return _tidy(_refill(out))
+
+
+def _refill(prof: dict) -> dict:
+    """Its provisional figures filled again from its figures at PROBE_ROWS as they
+    stand now (lowered since the probe by observed passes or a second probe), so a
+    probed figure a burst of load inflated stops inflating the row counts filled
+    from it once it is corrected."""
+    curve, prov = prof["verify_s"], _provisional(prof)
+    if not prov or any(n in prov or n >= len(curve) for n in PROBE_ROWS):
+        return prof
+    fill = block_curve({n: float(curve[n]) for n in PROBE_ROWS}, len(curve) - 1)
+    return {**prof, "verify_s": [fill[n] if n in prov else curve[n] for n in range(len(curve))]}
 
 
 def _tidy(prof: dict) -> dict:
@@ -288,7 +307,7 @@ def merge_seen(prof: dict, seen) -> dict:
     if bulk:
         out["feed_s"] = min(bulk) if prof.get("feed_provisional") else min(float(prof["feed_s"]), *bulk)
         out["feed_provisional"] = False
-    return _tidy(out)
+    return _tidy(_refill(out))
 
 
 # -- the cache file: one per model file, threads and GPU layers; read-modify-write
@@ -367,7 +386,7 @@ def cost_profile(engine, *, cache: Path | None = None, refresh: bool = False,
     else:
         why = ("first use" if old is None else "its cached costs were taken on a busier machine" if _current(old)
                else "its cached costs are of an older format")
-        note(f"timing {_name(engine)} on this machine ({why}: {len(PROBE_ROWS) + 2} passes; "
+        note(f"timing {_name(engine)} on this machine ({why}: {PROBE_PASSES} passes; "
              "the rest is learned as it runs)")
         prof = probe(engine)
     _checked.add(f)
