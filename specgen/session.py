@@ -232,11 +232,13 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
         return FixedK()
     if name == "heuristic":
         return Heuristic(k_max)
-    from specgen.engine.costs import cost_profile
+    from specgen.engine.costs import cost_profile, with_seen
 
     prof = cost_profile(target)
     step = feed = 0.0
     curve = None
+    if log is not None:  # a probed profile, as the session's earlier passes filled it in
+        prof = with_seen(prof, log.of(target))
     kw = dict(provisional=prof.get("provisional", ()))
     if log is not None:
         kw["seen"] = log.of(target)
@@ -244,6 +246,8 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
     same_vocab = draft_engine is not None and draft_engine.n_vocab == target.n_vocab
     if draft_engine is not None:
         draft = cost_profile(draft_engine)
+        if log is not None:
+            draft = with_seen(draft, log.of(draft_engine))
         step, feed, curve = draft["verify_s"][1], draft["feed_s"], draft["verify_s"]
         kw["draft_provisional"] = draft.get("provisional", ())
         if log is not None:

@@ -334,3 +334,20 @@ def test_a_probed_pass_slowed_by_a_burst_of_load_does_not_overprice_the_rows_fil
     merged = learn(TimedFake(model_file), seen)
     for n in (6, 7, 9, 11, 13, 15):
         assert merged["verify_s"][n] == pytest.approx(MEASURED[n] / 1000, rel=0.07), n
+
+
+def test_a_sessions_later_policies_start_from_what_its_earlier_passes_filled_in(model_file, cache, clock):
+    """A first run's later generations (a bench's, a server's requests) start from the
+    probe with its provisional figures replaced by the session's observed passes;
+    measured figures, and a full profile, stay as they are until the session closes."""
+    s, first, f = _session_with_probe(model_file, cache, clock)
+    probed = json.loads(f.read_text())
+    first.update(0, 2, 0, verify_s=0.5 + first.pick_s)  # 3 rows: provisional
+    first.update(0, 3, 0, verify_s=0.001 + first.pick_s)  # 4 rows: measured
+    later = s.new_policy()
+    assert later.verify_s[3] == pytest.approx(0.5) and later.verify_s[4] == probed["verify_s"][4]
+    assert json.loads(f.read_text()) == probed  # the cache: at close
+    full = {"verify_s": [0.0] + [0.01] * 32, "feed_s": 0.001, "version": 2}
+    seen = Observed()
+    seen.add_pass(3, 0.002)
+    assert costs.with_seen(full, seen) is full

@@ -310,6 +310,19 @@ def merge_seen(prof: dict, seen) -> dict:
     return _tidy(_refill(out))
 
 
+def with_seen(prof: dict, seen) -> dict:
+    """`prof` as a session's next policy starts from it: its provisional figures that
+    the session's passes have observed taken from them (the least disturbed), so a
+    first run's later generations start from what its earlier ones saw; measured
+    figures stay as they are until the session closes (`learn`)."""
+    prov = _provisional(prof)
+    hit = {n: t for n, t in seen.verify.items() if n in prov and n < len(prof["verify_s"])}
+    if not hit:
+        return prof
+    curve = [hit.get(n, t) for n, t in enumerate(prof["verify_s"])]
+    return _tidy({**prof, "verify_s": curve, "provisional": sorted(prov - set(hit))})
+
+
 # -- the cache file: one per model file, threads and GPU layers; read-modify-write
 # -- under a lock, written whole (tmp + os.replace), so concurrent processes merge
 # -- their figures rather than lose them, and a reader never sees half a file.
