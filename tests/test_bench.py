@@ -325,7 +325,10 @@ def test_sweep_policies_come_from_the_loader(monkeypatch, config, shares):
     cfg = B.parse_config(config)
     policy = cfg.policy
     target = SimpleNamespace(n_batch=512)
-    runner = B.SweepRunner(B.Setup(target, None, [B.PLAIN, cfg], {}), B.Settings(), [2])
+    from specgen.session import Session
+
+    # policies come through the session (which keeps what they time for the cost cache)
+    runner = B.SweepRunner(B.Setup(target, None, [B.PLAIN, cfg], {}, session=Session(target, None)), B.Settings(), [2])
     server = runner.server(cfg, 2)
     assert (server.gate is not None) == (policy == "cost")  # the cost policy's shared steps are gated, as in serve
     assert len(profiles) == (1 if policy == "cost" else 0)  # read before serving starts: measuring would use sequence 0
@@ -482,16 +485,17 @@ def test_a_global_suffix_index_carries_its_acceptance_statistics_within_a_repeat
     """The cost policy of each request drafting from a global index starts from what the
     earlier requests of its repeat taught (the index's policy_stats), never from another
     repeat's: each repeat's first request starts empty."""
-    import specgen.bench.runner as runner_mod
+
+    from specgen.session import Session
 
     seen = []  # (the statistics handed to the policy, how many keys they held then)
-    real = runner_mod.make_policy
+    real = Session.new_policy  # the runner's policies come through the session
 
-    def spy(*a, shared=None, **kw):
+    def spy(self, *a, shared=None, **kw):
         seen.append((shared, None if shared is None else len(shared)))
-        return real(*a, shared=shared, **kw)
+        return real(self, *a, shared=shared, **kw)
 
-    monkeypatch.setattr(runner_mod, "make_policy", spy)
+    monkeypatch.setattr(Session, "new_policy", spy)
     prompt = "Count: 1, 2, 3, 4, 5,"
     reqs = [B.Request("a", prompt, category="c", line=1), B.Request("b", prompt, category="c", line=2)]
     on, off = B.parse_config("suffix:k=8,global=on,policy=cost"), B.parse_config("suffix:k=8,policy=cost")

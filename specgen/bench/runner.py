@@ -19,7 +19,6 @@ from specgen.bench.records import request_record, run_record
 from specgen.bench.requests import Request, request_tokens
 from specgen.decode.generation import Generation
 from specgen.errors import SpecgenError
-from specgen.session import make_policy
 from specgen.rules.sampling import SamplingParams
 
 WARMUP_TOKENS = 8
@@ -164,8 +163,8 @@ class Runner:
             target, p.tokens, drafter, draft_max=config.k or 0, max_tokens=max_tokens or p.max_tokens,
             params=p.params, ignore_eos=self.settings.ignore_eos,
             # a global suffix index carries its acceptance statistics across the requests it serves
-            policy=make_policy(config.policy, config.k or 0, target, draft_engine,
-                               shared=drafter.policy_stats if drafter is not None else None),
+            policy=setup.session.new_policy(config.k or 0, config.policy, draft_engine=draft_engine,
+                                            shared=drafter.policy_stats if drafter is not None else None),
         )
         # Verify time by draft length, and drafting after the first decode
         # round (whose draft cost includes the drafter reading the prompt).

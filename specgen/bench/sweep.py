@@ -17,7 +17,7 @@ from specgen.bench.models import Setup
 from specgen.bench.records import serve_record
 from specgen.bench.runner import WARMUP_TOKENS, Prepared, Settings, Timing, run_order
 from specgen.errors import SpecgenError
-from specgen.session import make_gate, make_policy
+from specgen.session import make_gate
 from specgen.serve.scheduler import MAX_SLOTS, Job, Server, max_concurrency, need_tokens
 
 
@@ -77,10 +77,10 @@ class SweepRunner:
         # drafter that carries an index across requests carries its statistics too.
         shared = drafter.policy_stats if drafter is not None else None
 
-        def new_policy():
-            return make_policy(config.policy, k, setup.target, draft_engine, shared=shared)
+        def new_policy():  # through the session, which keeps the passes each policy times
+            return setup.session.new_policy(k, config.policy, shared=shared, draft_engine=draft_engine)
 
-        new_policy()  # costs are measured (or read from cache) now, before serving: measuring uses sequence 0
+        new_policy()  # costs are read (or probed) now, before serving: timing passes uses sequence 0
         return Server(setup.target, level, draft_max=k, drafter=drafter, new_policy=new_policy,
                       ignore_eos=self.settings.ignore_eos, gate=make_gate(config.policy),
                       prompt_cache=False)  # every request prefills from an empty slot, as a sequential run does

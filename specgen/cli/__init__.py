@@ -15,9 +15,9 @@ from typing import List
 import typer
 from typing_extensions import Annotated
 
-from specgen import __version__
+from specgen import __version__, notes
 from specgen.cli import bench, chat, run, serve, tune
-from specgen.cli.render import hang_up
+from specgen.cli.render import hang_up, note
 from specgen.errors import SpecgenError
 
 app = typer.Typer(
@@ -59,7 +59,9 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def main(argv: List[str] | None = None) -> None:
-    """Entry point: one clear line on stderr for every error, no tracebacks."""
+    """Entry point: one clear line on stderr for every error, no tracebacks; notes
+    on what a slow step is doing (specgen.notes) on stderr too."""
+    before = notes.to(note)
     try:
         rc = app(args=argv, standalone_mode=False)
     except SpecgenError as exc:
@@ -77,4 +79,6 @@ def main(argv: List[str] | None = None) -> None:
         _fail("interrupted", 130)
     except BrokenPipeError:
         hang_up()
+    finally:
+        notes.to(before)
     raise SystemExit(rc if isinstance(rc, int) else 0)

@@ -54,7 +54,6 @@ def tune(
     con = render.stderr_console()
     loaded = open_session(opts)
     try:
-        con.print("measuring verify cost by row count (1 … 32 rows)…")
         verify = cost_profile(loaded.target, refresh=True)["verify_s"]
         step = 0.0
         if loaded.draft_engine is not None:

@@ -16,7 +16,7 @@ import numpy as np
 from specgen.policy.base import (
     ALONE, MODEL_KEY, Policy, Situation, expected_tokens, step_rate, verify_cost, with_counts,
 )
-from specgen.policy.estimates import Estimates
+from specgen.policy.estimates import Estimates, Observed
 
 
 # A draft model's acceptance before evidence: (mean, weight in rounds). A model
@@ -93,7 +93,11 @@ class CostAware(Policy):
     Costs: the target's verify curve (a measured profile, then the round times
     observed), one draft step (the drafter's own step timings, never its
     catch-up), and a catch-up of the draft's cache (a pass of that many rows
-    on the draft's curve; the bulk rate per token beyond it).
+    on the draft's curve; the bulk rate per token beyond it). `provisional`
+    (`draft_provisional`): the figures of a probed profile that were filled
+    in, not measured: each takes its first observed pass as its figure
+    (`Estimates`). `seen` (`draft_seen`): where the passes it times are kept
+    (a session's CostLog, merged into the cached profile when it closes).
     Acceptance: a posterior per draft position (per key), from decayed counts;
     a draft model's rounds (MODEL_KEY) start from DRAFT_MODEL_PRIOR; a translated
     model's, while sampling, from `prior` × the target's running top probability
@@ -156,15 +160,20 @@ class CostAware(Policy):
                  draft_verify_s: list[float] | None = None,
                  prior: float = 0.6, model_prior: tuple[float, float] | None = None,
                  decay: float = 0.95, idle_decay: float = 0.98, seed: int = 0, shared: dict | None = None,
-                 explore_near: bool = True, top_prior: bool = True) -> None:
+                 explore_near: bool = True, top_prior: bool = True,
+                 provisional: Sequence[int] = (), draft_provisional: Sequence[int] = (),
+                 seen: Observed | None = None, draft_seen: Observed | None = None) -> None:
         super().__init__()
         self.k_max = k_max
         self.explore_near = explore_near
         self.top_prior = top_prior
         # the measured profiles, corrected as passes are observed (`Estimates`); the target's
         # and the draft model's apart, as each profile was taken at its own time
-        self._target = Estimates(dict(enumerate(verify_s)))
-        self._draft = Estimates({**dict(enumerate(draft_verify_s or [])), "step": draft_step_s, "feed": feed_s})
+        self._target = Estimates(dict(enumerate(verify_s)), provisional)
+        self._draft = Estimates({**dict(enumerate(draft_verify_s or [])), "step": draft_step_s, "feed": feed_s},
+                                draft_provisional)
+        # where the passes this policy times are kept (a session's CostLog, for the cache)
+        self._seen, self._draft_seen = seen, draft_seen
         self._refresh()
         self.round_scale = 1.0  # real ÷ estimated cost of a drafting round (drafters that report Draft.extra_s)
         self._rounds_seen = 0
@@ -343,12 +352,19 @@ class CostAware(Policy):
             if draft.steps and draft.step_s > 0:
                 # only a round alone in its passes sets the draft's level: a share of a
                 # batched catch-up is no measure of one sequence's step
-                self._draft.observe("step", draft.step_s / draft.steps - pick, sets_level=verify_s is not None)
+                step = draft.step_s / draft.steps - pick
+                self._draft.observe("step", step, sets_level=verify_s is not None)
+                if self._draft_seen is not None and verify_s is not None and draft.extra_s is None:
+                    self._draft_seen.add_pass(1, step)  # a step is a one-row pass of the draft model
             if draft.fed and draft.fed_s > 0:
                 self._draft.observe("feed", draft.fed_s / draft.fed, sets_level=False)
+                if self._draft_seen is not None and draft.extra_s is None:
+                    self._draft_seen.add_feed(draft.fed, draft.fed_s)
         rows = k + 1
         if verify_s and verify_s > 0 and rows < len(self.verify_s):
             self._target.observe(rows, verify_s)
+            if self._seen is not None:
+                self._seen.add_pass(rows, verify_s)
         self._refresh()
         if draft is not None:  # against the estimates this round's passes corrected
             self._learn_round(k, draft, verify_s)

@@ -1,5 +1,7 @@
-"""One model's pass costs during a run: its measured profile, corrected by the
-passes observed (the cost policy's estimates, `specgen.policy.cost.CostAware`)."""
+"""One model's pass costs during a run: its profile, corrected by the passes
+observed (the cost policy's estimates, `specgen.policy.cost.CostAware`), and
+what those passes were (`Observed`, kept per model by a session's `CostLog`,
+merged into the cached profile when it closes: specgen.engine.costs.learn)."""
 
 from __future__ import annotations
 
@@ -32,8 +34,12 @@ class Estimates:
     underestimated figure gets chosen, observed, and corrected; an
     overestimated one might never be."""
 
-    def __init__(self, profile: dict) -> None:
+    def __init__(self, profile: dict, provisional=()) -> None:
         self.profile = dict(profile)
+        # figures not measured but filled in (a probe's, specgen.engine.costs.block_curve):
+        # the first pass observed replaces one as its profile figure, so it may rise
+        # above the guess, and it says nothing of the load (the level)
+        self.provisional = set(provisional)
         self.own: dict = {}  # figure -> its estimate, once observed
         self.level = 1.0
 
@@ -48,6 +54,10 @@ class Estimates:
         base = self.profile.get(key, 0.0)
         if seen <= 0:
             return
+        if key in self.provisional:
+            self.provisional.discard(key)
+            self.profile[key] = self.own[key] = seen
+            return
         if base <= 0:  # nothing profiled: the first pass observed is the estimate, as before
             self.own[key] = _follow(self.own.get(key, 0.0), seen, 0.0)
             return
@@ -55,3 +65,41 @@ class Estimates:
             ratio = seen / base
             self.level = ratio if ratio < self.level else _follow(self.level, ratio, 1.0)
         self.own[key] = _follow(self[key], seen, base)
+
+
+class Observed:
+    """The passes seen on one model, least disturbed first: the fastest pass per
+    row count (other processes only ever add time) and per bulk-feed length."""
+
+    def __init__(self) -> None:
+        self.verify: dict[int, float] = {}  # rows -> seconds of a pass
+        self.feed: dict[int, float] = {}  # tokens fed -> seconds of the feed
+
+    def add_pass(self, rows: int, seconds: float) -> None:
+        if seconds > 0 and seconds < self.verify.get(rows, float("inf")):
+            self.verify[rows] = seconds
+
+    def add_feed(self, tokens: int, seconds: float) -> None:
+        if seconds > 0 and seconds < self.feed.get(tokens, float("inf")):
+            self.feed[tokens] = seconds
+
+
+class CostLog:
+    """What the policies of one session observed, per model (by engine): every
+    policy a session makes writes here, and the session merges it into each
+    model's cached profile when it closes."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[object, Observed]] = {}
+
+    def of(self, engine) -> Observed:
+        got = self._seen.get(id(engine))
+        if got is None or got[0] is not engine:
+            got = self._seen[id(engine)] = (engine, Observed())
+        return got[1]
+
+    def items(self) -> list[tuple[object, Observed]]:
+        return list(self._seen.values())
+
+    def clear(self) -> None:
+        self._seen.clear()
