@@ -123,6 +123,7 @@ class Engine:
         n_seq_max: int = 1,
         kv_unified: bool = False,
         vocab_only: bool = False,
+        hidden: bool = False,
     ) -> None:
         _init_backend()
         self.path = Path(path)
@@ -135,6 +136,8 @@ class Engine:
             raise SpecgenError(f"llama.cpp could not load {self.path} (unsupported architecture or corrupt file)")
         self._vocab = llama.llama_model_get_vocab(self._model)
         self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
+        self.n_embd = llama.llama_model_n_embd(self._model)
+        self.hidden = hidden
         self._eog: dict[int, bool] = {}
         if vocab_only:
             return
@@ -155,6 +158,9 @@ class Engine:
         # A full-size sliding-window cache, so rolling back to any position
         # (draft rejection, a new chat turn) never needs a re-prefill.
         cparams.swa_full = True
+        if hidden:  # each output row's final hidden state too, in the same pass (prediction heads)
+            cparams.embeddings = True
+            cparams.pooling_type = llama.LLAMA_POOLING_TYPE_NONE
         self._ctx = llama.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
@@ -171,6 +177,9 @@ class Engine:
         self._kv_valid = [True] * n_seq_max
         self.n_decodes = 0  # llama_decode calls, for accounting and tests
         self._views: dict[tuple[int, int], np.ndarray] = {}
+        # hidden=True: per sequence, the first position and the hidden rows of its
+        # last decode with outputs (copies), while those positions stay cached
+        self._hid: list[tuple[int, np.ndarray] | None] = [None] * n_seq_max
 
     # -- vocabulary -------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -249,6 +258,7 @@ class Engine:
             raise SpecgenError(f"llama.cpp cannot roll back the cache of {self.path.name} (recurrent model?)")
         del kv[n:]
         self._kv_valid[seq] = True
+        self._trim_hidden(seq, n)
 
     def copy_prefix(self, src: int, dst: int, n: int) -> None:
         """dst's cache becomes src's first n positions. In the unified pool the
@@ -324,10 +334,41 @@ class Engine:
                 r += n
         else:
             views = [np.empty((0, self.n_vocab), dtype=np.float32) for _ in parts]
+        if self.hidden:
+            self._keep_hidden(parts, n_out)
         for seq, tokens, _ in parts:
             self._kv[seq].extend(tokens)
             self._kv_valid[seq] = True
         return views
+
+    # -- hidden states (Engine(hidden=True)) ----------------------------------
+    def _keep_hidden(self, parts, n_out: int) -> None:
+        base = llama.llama_get_embeddings(self._ctx) if n_out else None
+        allrows = np.ctypeslib.as_array(base, shape=(n_out, self.n_embd)) if base else None
+        r = 0
+        for seq, tokens, n in parts:
+            start = len(self._kv[seq])  # before this decode's tokens are counted
+            self._trim_hidden(seq, start)
+            if n and allrows is not None:
+                self._hid[seq] = (start + len(tokens) - n, allrows[r : r + n].copy())
+            r += n
+
+    def _trim_hidden(self, seq: int, n: int) -> None:
+        kept = self._hid[seq]
+        if kept is not None:
+            start, rows = kept
+            self._hid[seq] = (start, rows[: n - start]) if n > start else None
+
+    def hidden_at(self, seq: int, pos: int) -> np.ndarray | None:
+        """The final hidden state (n_embd floats, after the output norm: the logits are
+        the output matrix times it) of the row at `pos` of `seq`, when the sequence's
+        last decode with outputs computed that row and the position is still cached;
+        None otherwise (or without hidden=True)."""
+        kept = self._hid[seq] if self.hidden else None
+        if kept is None:
+            return None
+        start, rows = kept
+        return rows[pos - start] if start <= pos < start + len(rows) else None
 
     # -- draft trees --------------------------------------------------------
     def _run(self, rows: int) -> None:
@@ -389,6 +430,7 @@ class Engine:
         b.n_tokens = len(rows)
         for s in ids:
             self._kv_valid[s] = False
+            self._hid[s] = None  # a tree's rows are not kept (heads do not draft trees)
         self._run(len(rows))
         for j, leaf in enumerate(leaves):
             path = []

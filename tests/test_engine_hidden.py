@@ -1,0 +1,75 @@
+"""Engine(hidden=True): each output row's final hidden state, kept per sequence while its position is cached.
+
+The check that it is the right vector: the GGUF's (tied) output matrix times it gives the logits."""
+
+import numpy as np
+import pytest
+
+from specgen.engine.llama import Engine
+
+
+@pytest.fixture(scope="module")
+def hidden_engine(gemma_path):
+    with Engine(gemma_path, n_ctx=256, n_threads=2, hidden=True, n_seq_max=2) as e:
+        yield e
+
+
+def _output_rows(path, ids):
+    """Rows `ids` of the model's output matrix (Gemma ties it to token_embd), dequantized."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    t = next(t for t in GGUFReader(path).tensors if t.name == "token_embd.weight")
+    return dequantize(np.asarray(t.data)[ids], t.tensor_type)
+
+
+def test_hidden_rows_times_the_output_matrix_are_the_logits(hidden_engine, gemma_path):
+    e = hidden_engine
+    toks = e.tokenize("The capital of France is")
+    e.truncate(0, 0)
+    rows = np.array(e.decode(0, toks, 3))
+    n = len(toks)
+    assert e.hidden_at(0, n - 4) is None  # no output on that row
+    for j, pos in enumerate(range(n - 3, n)):
+        h = e.hidden_at(0, pos)
+        assert h.shape == (e.n_embd,)
+        top = np.argsort(rows[j])[-5:]
+        low = np.argsort(rows[j])[:5]
+        ids = np.concatenate([top, low])
+        got = _output_rows(gemma_path, ids) @ h
+        assert np.allclose(got, rows[j][ids], rtol=1e-2, atol=0.05 * np.abs(rows[j][ids]).max())
+        assert got[:5].min() > got[5:].max()  # the top tokens stay on top
+
+
+def test_rollback_and_new_decodes_drop_stale_rows(hidden_engine):
+    e = hidden_engine
+    toks = e.tokenize("One two three four five")
+    e.truncate(0, 0)
+    e.decode(0, toks, len(toks))
+    n = len(toks)
+    before = e.hidden_at(0, n - 2).copy()
+    e.truncate(0, n - 2)  # positions n-2 and n-1 leave the cache
+    assert e.hidden_at(0, n - 2) is None and e.hidden_at(0, n - 3) is not None
+    e.decode(0, toks[n - 2:], 0)  # re-fed without outputs: the old rows must not come back
+    assert e.hidden_at(0, n - 2) is None and e.hidden_at(0, n - 3) is None
+    e.truncate(0, n - 2)
+    e.decode(0, toks[n - 2:], 2)
+    assert np.allclose(e.hidden_at(0, n - 2), before, atol=1e-3)
+
+
+def test_sequences_keep_their_own_rows(hidden_engine):
+    e = hidden_engine
+    a, b = e.tokenize("Red green blue"), e.tokenize("Cats and dogs and birds")
+    e.truncate(0, 0)
+    e.truncate(1, 0)
+    e.decode_batch([(0, a, 1), (1, b, 1)])
+    ha, hb = e.hidden_at(0, len(a) - 1), e.hidden_at(1, len(b) - 1)
+    assert ha is not None and hb is not None and not np.allclose(ha, hb)
+    e.decode(1, e.tokenize(" and fish", add_special=False), 1)
+    assert np.array_equal(e.hidden_at(0, len(a) - 1), ha)  # seq 0's rows stay
+
+
+def test_without_hidden_there_are_none(target):
+    target.truncate(0, 0)
+    target.decode(0, target.tokenize("Hello"), 1)
+    assert target.hidden_at(0, 0) is None
