@@ -5,21 +5,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
-from typing_extensions import Annotated
 
-import specgen.cli.render as render
+from specgen.cli import render
 from specgen.cli.options import JsonOpt, ModelOpt, ThreadsOpt
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Prediction heads (Medusa-1, Hydra) over the target's own hidden state: train, show.")
 
-TextsArg = Annotated[Optional[List[Path]], typer.Argument(
+TextsArg = Annotated[list[Path] | None, typer.Argument(
     help="Text files whose passages seed the target's own continuations (default: built-in seed prompts).",
     show_default=False)]
-OutOpt = Annotated[Optional[Path], typer.Option("-o", "--out", help="Heads file (default: specgen's cache, heads/<target>.npz).")]
+OutOpt = Annotated[Path | None, typer.Option("-o", "--out", help="Heads file (default: specgen's cache, heads/<target>.npz).")]
 
 
 class TrainProgress:
@@ -31,7 +30,13 @@ class TrainProgress:
 
     def __enter__(self):
         if self.con.is_terminal:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("ETA"),
                                 TimeRemainingColumn(), console=self.con, transient=True)
@@ -60,7 +65,7 @@ def train(
     model: ModelOpt = None,
     kind: Annotated[str, typer.Option("--kind", help="medusa (independent heads) or hydra (each head sees the token drafted before it).")] = "hydra",
     n_heads: Annotated[int, typer.Option("--heads", help="Heads: tokens drafted per round at most.")] = 4,
-    vocab: Annotated[int, typer.Option("--vocab", help="Restricted vocabulary: the most frequent labels, at most this many.")] = 4096,
+    vocab: Annotated[int, typer.Option("--vocab", help="Restricted vocabulary: the most frequent labels, at most this many.")] = 2048,
     width: Annotated[int, typer.Option("--width", help="Each head's hidden width.")] = 256,
     minutes: Annotated[float, typer.Option("--minutes", help="Time budget for data and training together.")] = 15.0,
     seqs: Annotated[int, typer.Option("--seqs", help="Sequences generated at once while collecting data.")] = 16,
@@ -96,7 +101,7 @@ def train(
 
 @app.command("show")
 def show(
-    file: Annotated[Optional[Path], typer.Argument(help="A heads file (default: the one for -m's target).", show_default=False)] = None,
+    file: Annotated[Path | None, typer.Argument(help="A heads file (default: the one for -m's target).", show_default=False)] = None,
     model: ModelOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -10,24 +10,38 @@ Progress goes to a callback; nothing here prints.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
 from specgen.errors import SpecgenError
 from specgen.heads.collect import collect, output_rows, prompt_tokens, seeds_from_files
-from specgen.heads.model import KINDS, Heads, heads_path, load_heads, save_heads, target_identity
+from specgen.heads.model import (
+    KINDS,
+    Heads,
+    heads_path,
+    load_heads,
+    save_heads,
+    target_identity,
+)
 from specgen.heads.seeds import builtin_seeds
-from specgen.heads.train import Samples, Trainer, batches, choose_vocab, evaluate, init_heads
+from specgen.heads.train import (
+    Samples,
+    Trainer,
+    batches,
+    choose_vocab,
+    evaluate,
+    init_heads,
+)
 
 
 @dataclass
 class TrainOptions:
     kind: str = "hydra"
     n_heads: int = 4
-    vocab: int = 4096  # restricted vocabulary cap (docs/notes/2026-12-02-heads-training.md: the time per round)
+    vocab: int = 2048  # restricted vocabulary cap: 4 heads stay near 1 ms a round (docs/notes/2026-12-02-heads-training.md)
     width: int = 256  # each head's hidden width
     minutes: float = 15.0
     data_share: float = 0.4
@@ -37,7 +51,8 @@ class TrainOptions:
     gen_tokens: int = 160  # tokens generated per seed
     prompt_tokens: int = 192  # a seed's last tokens kept
     kick: float = 0.1  # chance of a sampled (not greedy) token while generating
-    max_examples: int | None = None
+    max_examples: int | None = None  # stop collecting after this many (tests)
+    max_steps: int | None = None  # stop training after this many minibatches (tests)
     seed: int = 0
 
 
@@ -111,8 +126,13 @@ def split_prompts(engine, seeds: Sequence[tuple[str, str]], opts: TrainOptions, 
                 prompts.append((gi, toks, len(texts) >= 2 and j % 5 == min(4, len(texts) - 1)))
     if not prompts:
         raise SpecgenError("no seed prompt has any tokens")
-    order = rng.permutation(len(prompts))
-    return [prompts[i] for i in order], groups
+    train = [prompts[i] for i in rng.permutation(len(prompts)) if not prompts[i][2]]
+    held = [prompts[i] for i in rng.permutation(len(prompts)) if prompts[i][2]]
+    mixed = []  # one held-out prompt after every four training ones, so a short run has both
+    while train or held:
+        mixed += train[:4] + held[:1]
+        train, held = train[4:], held[1:]
+    return mixed, groups
 
 
 def held_rows(train: Samples, held: Samples, share: float = 0.2) -> tuple[Samples, Samples]:
@@ -170,7 +190,7 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
     t_train = clock()
     try:
         for rows in batches(len(train), min(opts.batch, len(train)), rng):
-            if clock() >= t0 + budget:
+            if clock() >= t0 + budget or (opts.max_steps is not None and steps >= opts.max_steps):
                 break
             loss, top1 = trainer.step(train.hidden[rows], train.tokens[rows])
             steps += 1

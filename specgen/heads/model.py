@@ -191,11 +191,11 @@ def load_heads(path, target_identity: str | None) -> Heads:
         n = int(meta["n_heads"])
         return Heads(kind=meta["kind"], ids=z["ids"], n_vocab=int(meta["n_vocab"]), target=meta["target"],
                      out=z["out"], w1=[z[f"w1_{i}"] for i in range(n)], b1=[z[f"b1_{i}"] for i in range(n)],
-                     w2=[z[f"w2_{i}"] for i in range(n)], oov=z["oov"] if "oov" in z else None,
+                     w2=[z[f"w2_{i}"] for i in range(n)], oov=z.get("oov"),
                      emb_scale=float(meta.get("emb_scale", 1.0)), info=meta.get("info", {}))
     except SpecgenError:
         raise
-    except Exception as e:  # a damaged member: bad zip data, wrong shapes, missing arrays
+    except Exception as e:  # noqa: BLE001 - a damaged member: bad zip data, wrong shapes, missing arrays
         raise SpecgenError(f"heads file {path} is damaged ({type(e).__name__}: {e})") from None
 
 

@@ -52,8 +52,8 @@ SEEDS: dict[str, tuple[str, ...]] = {
     "rewrite": (
         "Rewrite the following sentence in a formal tone: hey, the meeting got moved to 3, don't be late.",
         "Turn these notes into full sentences: milk - 2 litres; bread - wholegrain; call plumber Tuesday.",
-        "Summarize in two sentences: The city council met on Monday to discuss the new bus routes. Residents "
-        "asked for more stops near the hospital, and the council agreed to study the idea before the budget vote.",
+        ("Summarize in two sentences: The city council met on Monday to discuss the new bus routes. Residents "
+         "asked for more stops near the hospital, and the council agreed to study the idea before the budget vote."),
         "Convert this list to a Markdown table with columns name and age: Anna 31, Ben 27, Chloe 45, Dev 38.",
         "Translate into plain English: The aforementioned party shall remit payment forthwith upon receipt.",
         "Rewrite as a bulleted list: We need to book the venue, order food, send invitations and hire a DJ.",

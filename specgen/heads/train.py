@@ -29,7 +29,7 @@ class Samples:
     def __len__(self) -> int:
         return len(self.hidden)
 
-    def take(self, rows: np.ndarray) -> "Samples":
+    def take(self, rows: np.ndarray) -> Samples:
         return Samples(self.hidden[rows], self.tokens[rows], self.group[rows], self.groups)
 
 
