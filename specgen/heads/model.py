@@ -152,7 +152,7 @@ def heads_path(target_identity: str) -> Path:
 
 
 def save_heads(heads: Heads, path) -> None:
-    """Write `heads` to `path` (npz: float16 output rows, float32 weights, a JSON header), atomically."""
+    """Write `heads` to `path` (npz: float16 output rows and blocks, a JSON header), atomically."""
     path = Path(path)
     meta = {"format": "specgen-heads", "version": FORMAT_VERSION, "kind": heads.kind, "target": heads.target,
             "n_vocab": int(heads.n_vocab), "n_heads": heads.n_heads, "emb_scale": float(heads.emb_scale),
@@ -160,7 +160,8 @@ def save_heads(heads: Heads, path) -> None:
     arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
               "ids": heads.ids, "out": heads.out.astype(np.float16)}
     for i in range(heads.n_heads):
-        arrays[f"w1_{i}"], arrays[f"b1_{i}"], arrays[f"w2_{i}"] = heads.w1[i], heads.b1[i], heads.w2[i]
+        arrays[f"w1_{i}"], arrays[f"w2_{i}"] = heads.w1[i].astype(np.float16), heads.w2[i].astype(np.float16)
+        arrays[f"b1_{i}"] = heads.b1[i]
     if heads.oov is not None:
         arrays["oov"] = heads.oov
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

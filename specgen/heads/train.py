@@ -72,7 +72,8 @@ class Trainer:
             self.params["oov"] = heads.oov.copy()
         self.m = {k: np.zeros_like(v) for k, v in self.params.items()}
         self.v = {k: np.zeros_like(v) for k, v in self.params.items()}
-        self.t = int(heads.info.get("adam_steps", 0))
+        self.t = 0  # Adam's moments start afresh (a resumed run too); info["adam_steps"] keeps the total
+        self.steps_before = int(heads.info.get("adam_steps", 0))
         self.lr, self.weights = lr, [decay**i for i in range(self.n_heads)]
 
     # -- forward and backward --------------------------------------------------
@@ -160,7 +161,7 @@ class Trainer:
                      b1=[p[f"b1_{i}"].copy() for i in range(self.n_heads)],
                      w2=[p[f"w2_{i}"] * self.h_rms for i in range(self.n_heads)],
                      oov=p["oov"].copy() if "oov" in p else None, emb_scale=t.emb_scale,
-                     info={**t.info, **info, "h_rms": self.h_rms, "adam_steps": self.t})
+                     info={**t.info, **info, "h_rms": self.h_rms, "adam_steps": self.steps_before + self.t})
 
 
 def init_heads(kind: str, n_heads: int, ids: np.ndarray, out_rows: np.ndarray, n_vocab: int, target: str,
