@@ -167,6 +167,7 @@ def test_resume_continues_the_same_heads(target, tmp_path):
     after = load_heads(out, None)
     assert second.resumed and after.kind == "hydra" and np.array_equal(after.ids, before.ids)
     assert after.info["runs"] == 2 and after.info["steps"] == first.steps + second.steps
+    assert second.examples > first.examples  # the first run's data is trained on again, beside the new
     assert after.info["adam_steps"] == before.info["adam_steps"] + second.steps
 
 

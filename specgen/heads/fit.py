@@ -34,6 +34,8 @@ from specgen.heads.train import (
     choose_vocab,
     evaluate,
     init_heads,
+    load_samples,
+    save_samples,
 )
 
 
@@ -173,10 +175,15 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
                           deadline=t0 + budget * opts.data_share, rng=rng, kick=opts.kick,
                           max_examples=opts.max_examples, on_step=data_step)
     data_s = max(clock() - t_data, 1e-9)
+    tokens_per_min = (len(train) + len(held)) / data_s * 60.0
+    store = out.with_name(out.stem + ".data.npz")
+    earlier = load_samples(store, identity, opts.n_heads, groups) if old is not None else None
+    if earlier is not None:  # resume: the data of earlier runs too
+        train, held = _join(earlier[0], train), _join(earlier[1], held)
+    save_samples(train, held, store, identity)
     train, held = held_rows(train, held)
     if len(train) < 2:
         raise SpecgenError(f"too little training data ({len(train)} examples): raise --minutes")
-    tokens_per_min = (len(train) + len(held)) / data_s * 60.0
     if old is None:
         ids, _ = choose_vocab(train.tokens[:, 1:], opts.vocab)
         h_rms = float(np.sqrt(np.mean(train.hidden.astype(np.float64) ** 2)))
@@ -204,7 +211,7 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
     train_s = max(clock() - t_train, 1e-9)
     result = evaluate(trainer, held) if len(held) else {"top1": [], "per_group": {}, "examples": 0}
     prev = old.info if old else {}
-    info = {"examples": int(prev.get("examples", 0)) + len(train), "held_out": len(held), "covered": covered,
+    info = {"examples": len(train), "held_out": len(held), "covered": covered,
             "heldout": result, "steps": int(prev.get("steps", 0)) + steps, "runs": int(prev.get("runs", 0)) + 1,
             "seeds": "files" if texts else "built-in", "groups": groups, "width": heads.width,
             "tokens_per_min": round(tokens_per_min, 1)}
@@ -213,6 +220,11 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
     return Summary(str(out), identity, trained.kind, trained.n_heads, len(trained.ids), covered, len(train),
                    len(held), steps, round(clock() - t0, 2), round(steps * min(opts.batch, len(train)) / train_s, 1),
                    round(tokens_per_min, 1), result, interrupted, old is not None)
+
+
+def _join(a: Samples, b: Samples) -> Samples:
+    return Samples(np.concatenate([a.hidden, b.hidden]), np.concatenate([a.tokens, b.tokens]),
+                   np.concatenate([a.group, b.group]), b.groups)
 
 
 def _covered(heads: Heads, data: Samples) -> float:

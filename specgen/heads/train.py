@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specgen.errors import SpecgenError
 from specgen.heads.model import Heads
 
 
@@ -31,6 +32,51 @@ class Samples:
 
     def take(self, rows: np.ndarray) -> Samples:
         return Samples(self.hidden[rows], self.tokens[rows], self.group[rows], self.groups)
+
+
+def save_samples(train: Samples, held: Samples, path, target: str) -> None:
+    """The collected data beside the heads file (hidden rows as float16), atomically, so that `--resume`
+    trains on all of it; a failure to write is one SpecgenError line."""
+    import json
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    meta = json.dumps({"target": target, "groups": train.groups, "n_train": len(train)}).encode()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.savez(f, meta=np.frombuffer(meta, np.uint8),
+                     hidden=np.concatenate([train.hidden, held.hidden]).astype(np.float16),
+                     tokens=np.concatenate([train.tokens, held.tokens]), group=np.concatenate([train.group, held.group]))
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise SpecgenError(f"cannot write training data {path}: {e.strerror or e}") from None
+
+
+def load_samples(path, target: str, n_heads: int, groups: list[str]) -> tuple[Samples, Samples] | None:
+    """What `save_samples` wrote for this target, as (training, held-out) under `groups`' numbering;
+    None when there is none, or it is damaged, of another target or another head count (data is
+    collected again then)."""
+    import json
+
+    try:
+        z = np.load(path, allow_pickle=False)
+        meta = json.loads(bytes(z["meta"]).decode())
+        hidden, tokens, group = z["hidden"].astype(np.float32), z["tokens"], z["group"]
+    except Exception:  # noqa: BLE001 - any damage: collect afresh
+        return None
+    if meta.get("target") != target or tokens.shape[1] != n_heads + 1:
+        return None
+    names = meta.get("groups", [])
+    remap = np.array([groups.index(g) if g in groups else -1 for g in names] or [-1], dtype=np.int32)
+    group = remap[group]
+    keep = group >= 0
+    data = Samples(hidden[keep], tokens[keep], group[keep], groups)
+    cut = int(keep[: int(meta.get("n_train", 0))].sum())
+    return data.take(np.arange(cut)), data.take(np.arange(cut, len(data)))
 
 
 def choose_vocab(labels: np.ndarray, cap: int, always: np.ndarray | None = None) -> tuple[np.ndarray, float]:
