@@ -15,7 +15,7 @@ PKG = ROOT / "specgen"
 # Higher imports lower, never the reverse; a folder's modules may import each other.
 RANK = {
     "__main__": 95, "cli": 90, "api": 85, "bench": 80, "serve": 70, "session": 60, "decode": 50,
-    "drafters": 40, "engine": 30, "policy": 20, "rules": 20, "models": 20, "apps": 20, "errors": 0, "notes": 0,
+    "drafters": 40, "heads": 35, "engine": 30, "policy": 20, "rules": 20, "models": 20, "apps": 20, "errors": 0, "notes": 0,
     "": 0,
 }
 # the drafters' classes: built in specgen/drafters/build.py only
