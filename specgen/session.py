@@ -156,13 +156,14 @@ class Session:
         return build_drafter(options, self.target, draft, self.heads if options.kind == "heads" else None)
 
     def new_policy(self, k: int | None = None, name: str | None = None, shared: dict | None = None,
-                   draft_engine: Engine | None = None, heads: bool | None = None):
+                   draft_engine: Engine | None = None, heads_step_s: float | None = None):
         """A fresh policy for one generation (its estimates start from the priors), over
-        the session's draft model or `draft_engine` (one it opened), or for the
-        session's heads (`heads`; None: when the session drafts with them); the
-        passes it times are kept for the cached profiles (`close`)."""
-        heads = self.mode == "heads" if heads is None else heads
-        heads_s = self.heads_step_s if heads and self.heads is not None and draft_engine is None else None
+        the session's draft model or `draft_engine` (one it opened), or for prediction
+        heads whose step takes `heads_step_s` (default: the session's heads, when it
+        drafts with them); the passes it times are kept for the cached profiles (`close`)."""
+        heads_s = heads_step_s
+        if heads_s is None and self.mode == "heads" and draft_engine is None:
+            heads_s = self.heads_step_s
         return make_policy(name or self.policy_name, self.draft_max if k is None else k, self.target,
                            draft_engine if draft_engine is not None else self.draft_engine, shared=shared,
                            log=self.costs_seen, heads_step_s=heads_s)

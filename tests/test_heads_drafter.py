@@ -3,6 +3,8 @@ k = 0, rollback, a missing hidden row, batching), sampled losslessness by chi-sq
 negative control, the pricing capability, and on the real model: greedy output equals plain,
 and the CLI's --heads errors are one line."""
 
+import subprocess
+
 import numpy as np
 import pytest
 from fakes import FakeEngine, HiddenFakeEngine, chain_heads, chain_table
@@ -208,3 +210,120 @@ def test_chi_square_catches_heads_reporting_the_wrong_q():
     """Negative control: the test above has the power to reject a drafter whose q is not the one it sampled from."""
     pvalues = _positions(SquaredQ)
     assert min(pvalues) < 1e-6, pvalues
+
+
+# -- the real model ------------------------------------------------------------------------
+def output_rows(path, ids) -> np.ndarray:
+    """The target's output matrix rows `ids` (Gemma ties it to the token embedding), dequantized."""
+    import gguf
+    from gguf.quants import dequantize
+
+    reader = gguf.GGUFReader(path)
+    tensors = {t.name: t for t in reader.tensors}
+    t = tensors.get("output.weight") or tensors["token_embd.weight"]
+    return dequantize(t.data[np.asarray(ids)], t.tensor_type).astype(np.float32)
+
+
+def identity_heads(path, kind: str, n_heads: int = 3, target: str | None = None, n_ids: int = 4096, extra=()):
+    """Heads built from the target's own output matrix, no training: head 0 an identity
+    residual block (W2 = 0: it reads out the row that picked the last token, so it drafts
+    the target's own next token again, poorly but validly), the others small random blocks."""
+    from specgen.heads.model import Heads, target_identity
+
+    ids = np.unique(np.concatenate([np.arange(n_ids), np.asarray(list(extra), dtype=np.int64)])).astype(np.int32)
+    out = output_rows(path, ids)
+    d, r = out.shape[1], 16
+    rng = np.random.default_rng(0)
+    d_in = d if kind == "medusa" else 2 * d
+    w1 = [(0.02 * rng.standard_normal((d_in, r))).astype(np.float32) for _ in range(n_heads)]
+    w2 = [np.zeros((r, d), np.float32)] + [(0.02 * rng.standard_normal((r, d))).astype(np.float32)
+                                            for _ in range(n_heads - 1)]
+    n_vocab = int(gguf_n_vocab(path))
+    return Heads(kind, ids, n_vocab, target or target_identity(path), out, w1, [np.zeros(r, np.float32)] * n_heads, w2)
+
+
+def gguf_n_vocab(path) -> int:
+    from specgen.engine.llama import Engine
+
+    with Engine(path, vocab_only=True) as e:
+        return e.n_vocab
+
+
+@pytest.fixture(scope="module")
+def hidden_target(gemma_path):
+    from specgen.engine.llama import Engine
+
+    with Engine(gemma_path, n_ctx=1024, n_threads=2, hidden=True) as e:
+        yield e
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+def test_heads_greedy_equals_plain(hidden_target, gemma_path, kind):
+    from test_model import PROMPTS, assert_equal_or_near_tie, greedy, plain_run
+
+    prompts = [hidden_target.tokenize(p) for p in PROMPTS]
+    plains = [plain_run(hidden_target, p) for p in prompts]
+    heads = identity_heads(gemma_path, kind, extra=[t for p, (pl, _) in zip(prompts, plains) for t in p + pl])
+    drafted = accepted = 0
+    for prompt, (plain, top2) in zip(prompts, plains):
+        spec = greedy(hidden_target, prompt, HeadsDrafter(hidden_target, heads), k=3)
+        assert len(spec.tokens) == len(plain)
+        assert_equal_or_near_tie(plain, top2, spec.tokens)
+        st = spec.stats
+        assert st.generated == st.rounds + st.accepted
+        drafted, accepted = drafted + st.drafted, accepted + st.accepted
+    assert drafted >= 3 * 40  # the heads drafted (nearly) every round: their rows were there
+    assert 0 < accepted < drafted
+
+
+@pytest.mark.model
+def test_heads_auto_without_a_file_fails_in_one_line(gemma_path, tmp_path):
+    res = specgen("run", "-m", str(gemma_path), "--heads", "auto", "-n", "4", "hello",
+                  env={"SPECGEN_CACHE": str(tmp_path)}, text=True, stdin=subprocess.DEVNULL)
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "no prediction heads" in lines[0] and "specgen heads train -m" in lines[0]
+
+
+@pytest.mark.model
+def test_a_heads_file_for_another_model_fails_in_one_line(gemma_path, tmp_path):
+    from specgen.heads.model import save_heads
+
+    path = tmp_path / "other.npz"
+    save_heads(identity_heads(gemma_path, "medusa", n_heads=2, target="some-other-model-ft1-000000", n_ids=64), path)
+    res = specgen("run", "-m", str(gemma_path), "--heads", str(path), "-n", "4", "hello", text=True,
+                  stdin=subprocess.DEVNULL)
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "another model" in lines[0], res.stderr
+    session_error = error_of(__import__("specgen.session", fromlist=["open_heads"]).open_heads, str(path), gemma_path)
+    assert "another model" in session_error
+
+
+@pytest.mark.model
+def test_run_with_heads_drafts_and_reports_them(gemma_path, tmp_path):
+    import json
+
+    from specgen.heads.model import save_heads
+
+    path = tmp_path / "gemma.npz"
+    save_heads(identity_heads(gemma_path, "hydra", n_heads=3, n_ids=2048), path)
+    res = specgen("run", "-m", str(gemma_path), "--heads", str(path), "-k", "3", "-n", "24", "--ignore-eos",
+                  "--json", "Once upon a time", text=True, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["mode"] == "heads" and out["generated_tokens"] == 24
+    spec = out["spec"]
+    assert spec["drafted"] > 0 and len(spec["per_position"]) == 3  # acceptance by head position, as a draft model's
+
+
+@pytest.mark.parametrize("command", ["run", "chat", "rewrite", "serve", "bench", "tune"])
+def test_every_command_takes_heads(command):
+    from typer.testing import CliRunner
+
+    from specgen.cli import app
+
+    res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "--heads" in res.output
