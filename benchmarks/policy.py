@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -40,42 +39,18 @@ FIXED = [1, 2, 3, 4, 6, 8]
 SPEC_TOOL = "llama-speculative-simple"
 
 
-def requantized(source: Path, out: Path, kind: str) -> Path:
-    """`source` written out as `kind` ("q4_0" or "f32") at `out`, once (llama.cpp's quantizer)."""
-    import llama_cpp as L
-
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".{os.getpid()}.part")
-    p = L.llama_model_quantize_default_params()
-    p.allow_requantize = True
-    p.nthread = 2
-    if kind == "q4_0":
-        p.ftype = L.LLAMA_FTYPE_MOSTLY_Q4_0
-        p.token_embedding_type = L.GGML_TYPE_Q4_0
-    else:
-        p.ftype = L.LLAMA_FTYPE_ALL_F32
-    if L.llama_model_quantize(str(source).encode(), str(tmp).encode(), p) != 0:
-        raise RuntimeError("llama_model_quantize failed")
-    os.replace(tmp, out)
-    return out
-
-
 def f32_target() -> Path:
     """The embedded model all-F32: a costlier target, beside which the Q4_0 draft pays."""
-    from specgen.models.cache import cache_dir
-    from specgen.models.registry import resolve_model
+    from specgen.engine.quantize import paying_pair
 
-    return requantized(resolve_model("gemma3-270m"), cache_dir() / "test-drafts" / "gemma-3-270m-f32.gguf", "f32")
+    return paying_pair()[0]
 
 
 def q4_0_draft() -> Path:
     """A genuinely different draft sharing the vocabulary: the embedded model requantized to Q4_0."""
-    from specgen.models.cache import cache_dir
-    from specgen.models.registry import resolve_model
+    from specgen.engine.quantize import paying_pair
 
-    return requantized(resolve_model("gemma3-270m"), cache_dir() / "test-drafts" / "gemma-3-270m-q4_0.gguf", "q4_0")
+    return paying_pair()[1]
 
 
 def models():

@@ -1,7 +1,6 @@
 """Shared fixtures: the real models (Gemma 3 270M base, by name; SmolLM2 135M Instruct, the embedded
 default) and a requantized draft."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -20,33 +19,16 @@ def gemma_path() -> Path:
 
 def make_q4_0_draft(target: Path, out: Path) -> Path:
     """A genuinely different draft sharing the vocabulary: requantized to Q4_0."""
+    from specgen.engine.quantize import requantize
+
     return requantize(target, out, "q4_0")
 
 
 def make_f32_target(source: Path, out: Path) -> Path:
     """Gemma 3 270M written out all-F32: a costlier target, beside which the Q4_0 draft pays."""
+    from specgen.engine.quantize import requantize
+
     return requantize(source, out, "f32")
-
-
-def requantize(source: Path, out: Path, kind: str) -> Path:
-    import llama_cpp as L
-
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".{os.getpid()}.part")
-    p = L.llama_model_quantize_default_params()
-    p.allow_requantize = True
-    p.nthread = 2
-    if kind == "q4_0":
-        p.ftype = L.LLAMA_FTYPE_MOSTLY_Q4_0
-        p.token_embedding_type = L.GGML_TYPE_Q4_0
-    else:
-        p.ftype = L.LLAMA_FTYPE_ALL_F32
-    if L.llama_model_quantize(str(source).encode(), str(tmp).encode(), p) != 0:
-        raise RuntimeError("llama_model_quantize failed")
-    os.replace(tmp, out)
-    return out
 
 
 @pytest.fixture(scope="session")
