@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from specgen.errors import SpecgenError
-from specgen.heads.model import Heads, heads_path, load_heads, save_heads, target_identity
+from specgen.heads.model import (
+    Heads,
+    heads_path,
+    load_heads,
+    save_heads,
+    target_identity,
+)
 
 D, V, R = 16, 50, 8
 

@@ -16,7 +16,7 @@ import typer
 from typing_extensions import Annotated
 
 from specgen import __version__, notes
-from specgen.cli import bench, chat, run, serve, tune
+from specgen.cli import bench, chat, heads, run, serve, tune
 from specgen.cli.render import hang_up, note
 from specgen.errors import SpecgenError
 
@@ -37,6 +37,7 @@ app.command("serve")(serve.serve)
 app.command("tune")(tune.tune)
 app.command("chat")(chat.chat)
 app.command("rewrite")(chat.rewrite)
+app.add_typer(heads.app, name="heads")
 
 
 def _version(value: bool) -> None:

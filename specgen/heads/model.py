@@ -152,7 +152,7 @@ def heads_path(target_identity: str) -> Path:
 
 
 def save_heads(heads: Heads, path) -> None:
-    """Write `heads` to `path` (npz: float16 output rows, float32 weights, a JSON header), atomically."""
+    """Write `heads` to `path` (npz: float16 output rows and blocks, a JSON header), atomically."""
     path = Path(path)
     meta = {"format": "specgen-heads", "version": FORMAT_VERSION, "kind": heads.kind, "target": heads.target,
             "n_vocab": int(heads.n_vocab), "n_heads": heads.n_heads, "emb_scale": float(heads.emb_scale),
@@ -160,7 +160,8 @@ def save_heads(heads: Heads, path) -> None:
     arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
               "ids": heads.ids, "out": heads.out.astype(np.float16)}
     for i in range(heads.n_heads):
-        arrays[f"w1_{i}"], arrays[f"b1_{i}"], arrays[f"w2_{i}"] = heads.w1[i], heads.b1[i], heads.w2[i]
+        arrays[f"w1_{i}"], arrays[f"w2_{i}"] = heads.w1[i].astype(np.float16), heads.w2[i].astype(np.float16)
+        arrays[f"b1_{i}"] = heads.b1[i]
     if heads.oov is not None:
         arrays["oov"] = heads.oov
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -191,11 +192,11 @@ def load_heads(path, target_identity: str | None) -> Heads:
         n = int(meta["n_heads"])
         return Heads(kind=meta["kind"], ids=z["ids"], n_vocab=int(meta["n_vocab"]), target=meta["target"],
                      out=z["out"], w1=[z[f"w1_{i}"] for i in range(n)], b1=[z[f"b1_{i}"] for i in range(n)],
-                     w2=[z[f"w2_{i}"] for i in range(n)], oov=z["oov"] if "oov" in z else None,
+                     w2=[z[f"w2_{i}"] for i in range(n)], oov=z.get("oov"),
                      emb_scale=float(meta.get("emb_scale", 1.0)), info=meta.get("info", {}))
     except SpecgenError:
         raise
-    except Exception as e:  # a damaged member: bad zip data, wrong shapes, missing arrays
+    except Exception as e:  # noqa: BLE001 - a damaged member: bad zip data, wrong shapes, missing arrays
         raise SpecgenError(f"heads file {path} is damaged ({type(e).__name__}: {e})") from None
 
 

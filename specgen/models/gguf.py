@@ -246,3 +246,38 @@ def _parse_header(buf, size: int) -> Header:
     data_start = -(-cur.pos // align) * align
     data_end = data_start + end if n_tensors else cur.pos
     return Header(version, metadata, n_tensors, data_end, size, spans)
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    ggml_type: int
+    shape: tuple  # GGUF order: the fastest-varying dimension first (a row's length)
+    offset: int  # absolute byte offset of the data in the file
+
+
+def find_tensor(path: Path, names: tuple[str, ...]) -> TensorInfo | None:
+    """The first of `names` among the file's tensors (walks the header only); None if none is there.
+    For reading a few rows of a big matrix without gguf.GGUFReader's seconds over the vocabulary."""
+    with _mapped(path) as (buf, size):
+        cur, _, n_tensors, n_kv = _start(buf, size)
+        metadata, _ = _read_metadata(cur, n_kv)
+        found = {}
+        for _ in range(n_tensors):
+            name = cur.string()
+            n_dims = cur.take("<I")
+            if n_dims > 8:
+                raise _Corrupt(f"tensor with {n_dims} dimensions")
+            shape = tuple(cur.take("<Q") for _ in range(n_dims))
+            ttype, offset = cur.take("<I"), cur.take("<Q")
+            if name in names:
+                found[name] = (ttype, shape, offset)
+        align = metadata.get("general.alignment", 32)
+        if not isinstance(align, int) or align <= 0:
+            raise _Corrupt(f"bad general.alignment {align!r}")
+        start = -(-cur.pos // align) * align
+    for name in names:
+        if name in found:
+            ttype, shape, offset = found[name]
+            return TensorInfo(name, ttype, shape, start + offset)
+    return None

@@ -1,0 +1,134 @@
+"""`specgen heads train` and `specgen heads show`: prediction heads over a frozen target (docs/heads.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specgen.cli import render
+from specgen.cli.options import JsonOpt, ModelOpt, ThreadsOpt
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  help="Prediction heads (Medusa-1, Hydra) over the target's own hidden state: train, show.")
+
+TextsArg = Annotated[list[Path] | None, typer.Argument(
+    help="Text files whose passages seed the target's own continuations (default: built-in seed prompts).",
+    show_default=False)]
+OutOpt = Annotated[Path | None, typer.Option("-o", "--out", help="Heads file (default: specgen's cache, heads/<target>.npz).")]
+
+
+class TrainProgress:
+    """A bar over the time budget with ETA, the phase, examples, loss and top-1 per head; on a pipe, a
+    line every 15 s."""
+
+    def __init__(self, con) -> None:
+        self.con, self.bar, self.task, self.last = con, None, None, -1e9
+
+    def __enter__(self):
+        if self.con.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                                TimeRemainingColumn(), console=self.con, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("heads", total=1.0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def __call__(self, p) -> None:
+        what = f"{p.phase}: {p.examples} examples"
+        if p.phase == "train":
+            what += f", step {p.steps}, loss {p.loss:.3f}, top-1 " + " ".join(f"{x:.2f}" for x in p.top1)
+        if self.bar is not None:
+            self.bar.update(self.task, total=p.budget_s, completed=min(p.elapsed_s, p.budget_s), description=what)
+        elif p.elapsed_s - self.last >= 15:
+            self.last = p.elapsed_s
+            self.con.print(f"[{p.elapsed_s:.0f}/{p.budget_s:.0f} s] {what}")
+
+
+@app.command("train")
+def train(
+    texts: TextsArg = None,
+    model: ModelOpt = None,
+    kind: Annotated[str, typer.Option("--kind", help="medusa (independent heads) or hydra (each head sees the token drafted before it).")] = "hydra",
+    n_heads: Annotated[int, typer.Option("--heads", help="Heads: tokens drafted per round at most.")] = 4,
+    vocab: Annotated[int, typer.Option("--vocab", help="Restricted vocabulary: the most frequent labels, at most this many.")] = 2048,
+    width: Annotated[int, typer.Option("--width", help="Each head's hidden width.")] = 256,
+    minutes: Annotated[float, typer.Option("--minutes", help="Time budget for data and training together.")] = 15.0,
+    seqs: Annotated[int, typer.Option("--seqs", help="Sequences generated at once while collecting data.")] = 16,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue training the heads file (same kind, heads and vocabulary).")] = False,
+    out: OutOpt = None,
+    threads: ThreadsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Train heads over the frozen target on its own continuations (self-distillation), in numpy."""
+    from specgen.heads.fit import TrainOptions, check_options, open_target, train_heads
+    from specgen.models.registry import resolve_model
+
+    opts = TrainOptions(kind=kind, n_heads=n_heads, vocab=vocab, width=width, minutes=minutes, n_seq=seqs)
+    check_options(opts)
+    path = resolve_model(model)
+    con = render.stderr_console()
+    engine = open_target(path, opts, threads)
+    try:
+        with TrainProgress(con) as progress:
+            s = train_heads(engine, path, opts, texts=texts or (), out=out, resume=resume, on_progress=progress)
+    finally:
+        engine.close()
+    if json_out:
+        sys.stdout.write(json.dumps(s.as_dict()) + "\n")
+        return
+    top = " ".join("-" if x is None else f"{x:.2f}" for x in s.heldout.get("top1", []))
+    stop = " (interrupted: saved what was trained)" if s.interrupted else ""
+    con.print(f"{s.kind} heads ×{s.n_heads} for {s.target}: held-out top-1 per head {top or '-'} "
+              f"({s.held_out} examples); vocabulary {s.vocab} covering {s.covered:.1%} of labels; "
+              f"{s.examples} training examples, {s.steps} steps, {s.seconds:.0f} s{stop}", soft_wrap=True)
+    con.print(str(s.path), soft_wrap=True)
+
+
+@app.command("show")
+def show(
+    file: Annotated[Path | None, typer.Argument(help="A heads file (default: the one for -m's target).", show_default=False)] = None,
+    model: ModelOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """What a heads file holds: target, kind, heads, vocabulary and covered mass, data size, held-out top-1."""
+    from specgen.heads.model import heads_path, load_heads, target_identity
+
+    if file is None:
+        from specgen.models.registry import resolve_model
+
+        file = heads_path(target_identity(resolve_model(model)))
+    h = load_heads(file, None)
+    i = h.info
+    held = i.get("heldout", {})
+    data = {"file": str(file), "target": h.target, "kind": h.kind, "heads": h.n_heads, "width": h.width,
+            "vocab": len(h.ids), "n_vocab": h.n_vocab, "covered": i.get("covered"), "examples": i.get("examples"),
+            "held_out": i.get("held_out"), "steps": i.get("steps"), "runs": i.get("runs"),
+            "top1": held.get("top1"), "top1_per_group": held.get("per_group", {}),
+            "bytes": Path(file).stat().st_size}
+    if json_out:
+        sys.stdout.write(json.dumps(data) + "\n")
+        return
+    lines = [f"{key:>10}: {data[key]}" for key in ("file", "target", "kind", "heads", "width", "vocab", "n_vocab",
+                                                     "covered", "examples", "held_out", "steps", "runs", "bytes")]
+    lines.append(f"{'top-1':>10}: " + _heads_line(data["top1"]))
+    lines += [f"{group:>10}: " + _heads_line(accs) for group, accs in sorted(data["top1_per_group"].items())]
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _heads_line(accs) -> str:
+    return " ".join("-" if a is None else f"{a:.3f}" for a in (accs or [])) or "-"

@@ -1,0 +1,240 @@
+"""`specgen heads train`, the whole command short of printing: collect the target's own text, choose
+the vocabulary, train within a time budget, measure on held-out prompts, save.
+
+The budget (`minutes`) covers everything after the model is open: data collection
+takes `data_share` of it, training the rest. Ctrl-C while training stops at the
+next minibatch and saves what is trained; before training starts it aborts.
+Progress goes to a callback; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specgen.errors import SpecgenError
+from specgen.heads.collect import collect, output_rows, prompt_tokens, seeds_from_files
+from specgen.heads.model import (
+    KINDS,
+    Heads,
+    heads_path,
+    load_heads,
+    save_heads,
+    target_identity,
+)
+from specgen.heads.seeds import builtin_seeds
+from specgen.heads.train import (
+    Samples,
+    Trainer,
+    batches,
+    choose_vocab,
+    evaluate,
+    init_heads,
+    load_samples,
+    save_samples,
+)
+
+
+@dataclass
+class TrainOptions:
+    kind: str = "hydra"
+    n_heads: int = 4
+    vocab: int = 2048  # restricted vocabulary cap: 4 heads stay near 1 ms a round (docs/notes/2026-12-02-heads-training.md)
+    width: int = 256  # each head's hidden width
+    minutes: float = 15.0
+    data_share: float = 0.4
+    batch: int = 256
+    lr: float = 2e-3
+    n_seq: int = 16  # sequences generated at once
+    gen_tokens: int = 160  # tokens generated per seed
+    prompt_tokens: int = 192  # a seed's last tokens kept
+    kick: float = 0.1  # chance of a sampled (not greedy) token while generating
+    max_examples: int | None = None  # stop collecting after this many (tests)
+    max_steps: int | None = None  # stop training after this many minibatches (tests)
+    seed: int = 0
+
+
+@dataclass
+class Progress:
+    phase: str  # "data" | "train"
+    elapsed_s: float
+    budget_s: float
+    examples: int
+    steps: int = 0
+    loss: float | None = None
+    top1: list = field(default_factory=list)  # per head, over the recent minibatches
+
+
+@dataclass
+class Summary:
+    path: str
+    target: str
+    kind: str
+    n_heads: int
+    vocab: int
+    covered: float
+    examples: int
+    held_out: int
+    steps: int
+    seconds: float
+    examples_per_s: float
+    tokens_per_min: float
+    heldout: dict
+    interrupted: bool
+    resumed: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_options(o: TrainOptions) -> None:
+    if o.kind not in KINDS:
+        raise SpecgenError(f"--kind must be one of {', '.join(KINDS)}, not {o.kind!r}")
+    if not 1 <= o.n_heads <= 8:
+        raise SpecgenError("--heads must be between 1 and 8")
+    if o.vocab < 16 or o.width < 1 or o.minutes <= 0 or o.batch < 1 or o.n_seq < 1:
+        raise SpecgenError("--vocab >= 16, --width >= 1, --minutes > 0, --batch >= 1 and --seqs >= 1, please")
+
+
+def open_target(path, opts: TrainOptions, n_threads: int | None = None):
+    """The target with hidden rows on, room for opts.n_seq sequences of a prompt and its continuation."""
+    from specgen.engine.llama import Engine
+
+    n_ctx = opts.n_seq * (opts.prompt_tokens + opts.gen_tokens + 8)
+    return Engine(path, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=opts.n_seq, kv_unified=True, hidden=True)
+
+
+def split_prompts(engine, seeds: Sequence[tuple[str, str]], opts: TrainOptions, rng):
+    """(prompts (group, tokens, held out?), group names): every fifth seed of each group is held out
+    (fixed by position, so resumed runs hold out the same); a group of fewer than two seeds holds
+    none out and `held_rows` splits its examples instead."""
+    from specgen.apps.chat import format_for
+
+    fmt = format_for(engine) if engine.chat_template() else None
+    groups = sorted({g for g, _ in seeds})
+    by_group: dict[str, list[str]] = {g: [] for g in groups}
+    for g, text in seeds:
+        by_group[g].append(text)
+    prompts = []
+    for gi, g in enumerate(groups):
+        texts = by_group[g]
+        for j, text in enumerate(texts):
+            toks = prompt_tokens(engine, text, fmt, opts.prompt_tokens)
+            if toks:
+                prompts.append((gi, toks, len(texts) >= 2 and j % 5 == min(4, len(texts) - 1)))
+    if not prompts:
+        raise SpecgenError("no seed prompt has any tokens")
+    train = [prompts[i] for i in rng.permutation(len(prompts)) if not prompts[i][2]]
+    held = [prompts[i] for i in rng.permutation(len(prompts)) if prompts[i][2]]
+    mixed = []  # one held-out prompt after every four training ones, so a short run has both
+    while train or held:
+        mixed += train[:4] + held[:1]
+        train, held = train[4:], held[1:]
+    return mixed, groups
+
+
+def held_rows(train: Samples, held: Samples, share: float = 0.2) -> tuple[Samples, Samples]:
+    """Without held-out prompts (one seed per group), the last `share` of the training rows."""
+    if len(held) or len(train) < 5:
+        return train, held
+    cut = int(len(train) * (1 - share))
+    return train.take(np.arange(cut)), train.take(np.arange(cut, len(train)))
+
+
+def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (), out: Path | None = None,
+                resume: bool = False, on_progress: Callable[[Progress], None] | None = None,
+                clock: Callable[[], float] = time.monotonic) -> Summary:
+    """Train (or with `resume`, continue) heads for the target `engine` runs (from `model_path`)."""
+    check_options(opts)
+    t0 = clock()
+    budget = opts.minutes * 60.0
+    identity = target_identity(model_path)
+    out = Path(out) if out is not None else heads_path(identity)
+    old = load_heads(out, identity) if resume else None
+    if old is not None:
+        opts = TrainOptions(**{**asdict(opts), "kind": old.kind, "n_heads": old.n_heads, "width": old.width})
+    output_rows(model_path)  # refuse an unreadable output matrix before spending time on data
+    seeds = seeds_from_files(texts) if texts else builtin_seeds()
+    rng = np.random.default_rng(opts.seed + (int(old.info.get("runs", 0)) if old else 0))
+    prompts, groups = split_prompts(engine, seeds, opts, rng)
+    report = on_progress or (lambda p: None)
+    last_note = [0.0]
+
+    def data_step(made: int) -> None:
+        now = clock()
+        if now - last_note[0] > 0.5:
+            last_note[0] = now
+            report(Progress("data", now - t0, budget, made))
+
+    t_data = clock()
+    train, held = collect(engine, prompts, groups, opts.n_heads, gen_tokens=opts.gen_tokens,
+                          deadline=t0 + budget * opts.data_share, rng=rng, kick=opts.kick,
+                          max_examples=opts.max_examples, on_step=data_step)
+    data_s = max(clock() - t_data, 1e-9)
+    tokens_per_min = (len(train) + len(held)) / data_s * 60.0
+    store = out.with_name(out.stem + ".data.npz")
+    earlier = load_samples(store, identity, opts.n_heads, groups) if old is not None else None
+    if earlier is not None:  # resume: the data of earlier runs too
+        train, held = _join(earlier[0], train), _join(earlier[1], held)
+    save_samples(train, held, store, identity)
+    train, held = held_rows(train, held)
+    if len(train) < 2:
+        raise SpecgenError(f"too little training data ({len(train)} examples): raise --minutes")
+    if old is None:
+        ids, _ = choose_vocab(train.tokens[:, 1:], opts.vocab)
+        h_rms = float(np.sqrt(np.mean(train.hidden.astype(np.float64) ** 2)))
+        heads = init_heads(opts.kind, opts.n_heads, ids, output_rows(model_path, ids), engine.n_vocab,
+                           identity, opts.width, h_rms, seed=opts.seed)
+    else:
+        heads, h_rms = old, float(old.info.get("h_rms", 1.0))
+    covered = _covered(heads, train)
+    trainer = Trainer(heads, h_rms, lr=opts.lr)
+    steps, interrupted, recent = 0, False, []
+    t_train = clock()
+    try:
+        for rows in batches(len(train), min(opts.batch, len(train)), rng):
+            if clock() >= t0 + budget or (opts.max_steps is not None and steps >= opts.max_steps):
+                break
+            loss, top1 = trainer.step(train.hidden[rows], train.tokens[rows])
+            steps += 1
+            recent = (recent + [(loss, top1)])[-20:]
+            now = clock()
+            if now - last_note[0] > 0.5:
+                last_note[0] = now
+                report(Progress("train", now - t0, budget, len(train), steps, *_recent(recent)))
+    except KeyboardInterrupt:
+        interrupted = True
+    train_s = max(clock() - t_train, 1e-9)
+    result = evaluate(trainer, held) if len(held) else {"top1": [], "per_group": {}, "examples": 0}
+    prev = old.info if old else {}
+    info = {"examples": len(train), "held_out": len(held), "covered": covered,
+            "heldout": result, "steps": int(prev.get("steps", 0)) + steps, "runs": int(prev.get("runs", 0)) + 1,
+            "seeds": "files" if texts else "built-in", "groups": groups, "width": heads.width,
+            "tokens_per_min": round(tokens_per_min, 1)}
+    trained = trainer.to_heads(info)
+    save_heads(trained, out)
+    return Summary(str(out), identity, trained.kind, trained.n_heads, len(trained.ids), covered, len(train),
+                   len(held), steps, round(clock() - t0, 2), round(steps * min(opts.batch, len(train)) / train_s, 1),
+                   round(tokens_per_min, 1), result, interrupted, old is not None)
+
+
+def _join(a: Samples, b: Samples) -> Samples:
+    return Samples(np.concatenate([a.hidden, b.hidden]), np.concatenate([a.tokens, b.tokens]),
+                   np.concatenate([a.group, b.group]), b.groups)
+
+
+def _covered(heads: Heads, data: Samples) -> float:
+    lab = data.tokens[:, 1:]
+    lab = lab[lab >= 0]
+    return round(float((heads.slots(lab) >= 0).mean()), 4) if len(lab) else 0.0
+
+
+def _recent(recent: list) -> tuple[float, list]:
+    loss = float(np.mean([r[0] for r in recent]))
+    k = len(recent[0][1])
+    top1 = [sum(r[1][i][0] for r in recent) / max(sum(r[1][i][1] for r in recent), 1) for i in range(k)]
+    return loss, top1

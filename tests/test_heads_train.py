@@ -1,0 +1,290 @@
+"""Training heads: the gradients, the data's alignment, the whole command on a fake target over a tiny
+GGUF (loss falls, resume continues, the budget holds, Ctrl-C keeps what is trained, refusals), and
+briefly trained heads on the real default model."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from specgen.engine.llama import sync_many
+from specgen.errors import SpecgenError
+from specgen.heads.collect import Seq, examples, output_rows, seeds_from_files
+from specgen.heads.fit import TrainOptions, train_heads
+from specgen.heads.model import load_heads, target_identity
+from specgen.heads.seeds import builtin_seeds
+from specgen.heads.train import Samples, Trainer, choose_vocab, init_heads
+
+V, D = 40, 8
+
+
+def tiny_gguf(path, seed=0, with_output=True):
+    """A GGUF with a tokenizer-free header and one F32 output matrix (V x D): enough for the heads."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(f"tiny heads target {seed}")
+    w.add_embedding_length(D)
+    w.add_block_count(1)
+    if with_output:
+        w.add_tensor("token_embd.weight", np.random.default_rng(seed).normal(size=(V, D)).astype(np.float32))
+    else:
+        w.add_tensor("blk.0.attn_norm.weight", np.ones(D, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+class HiddenFake:
+    """A target whose next token is a fixed permutation of the last one (greedy), whose hidden row is a
+    fixed vector of the row's input token: what the real Engine(hidden=True) offers, for the heads."""
+
+    def __init__(self, n_seq=4, seed=0):
+        rng = np.random.default_rng(seed)
+        self.perm = rng.permutation(V)
+        self.vecs = rng.normal(size=(V, D)).astype(np.float32) * 5
+        self.n_vocab, self.n_embd, self.n_seq_max, self.n_batch = V, D, n_seq, 64
+        self.kv = {s: [] for s in range(n_seq)}
+        self.hid = {}
+
+    def chat_template(self):
+        return None
+
+    def tokenize(self, text, **_):
+        return [ord(c) % V for c in text][:12] or [1]
+
+    def is_eog(self, tok):
+        return False
+
+    def kv_tokens(self, seq=0):
+        return list(self.kv[seq])
+
+    def truncate(self, seq, n):
+        del self.kv[seq][n:]
+
+    def sync_many(self, items):
+        return sync_many(self, items)
+
+    def decode_batch(self, parts):
+        views = []
+        for seq, toks, n in parts:
+            start = len(self.kv[seq])
+            self.kv[seq].extend(toks)
+            out = toks[len(toks) - n:] if n else []
+            logits = np.full((len(out), V), -5.0, np.float32)
+            for r, t in enumerate(out):
+                logits[r, self.perm[t]] = 5.0
+                logits[r, (self.perm[t] + 1) % V] = 4.0
+            if n:
+                self.hid[seq] = (start + len(toks) - n, self.vecs[np.array(out)])
+            views.append(logits)
+        return views
+
+    def hidden_at(self, seq, pos):
+        start, rows = self.hid.get(seq, (0, np.zeros((0, D))))
+        return rows[pos - start] if start <= pos < start + len(rows) else None
+
+
+@pytest.fixture
+def target(tmp_path):
+    return tiny_gguf(tmp_path / "tiny.gguf")
+
+
+def opts(**kw):
+    base = {"kind": "hydra", "n_heads": 3, "vocab": 64, "width": 16, "minutes": 0.05, "batch": 64, "lr": 1e-2,
+            "n_seq": 4, "gen_tokens": 24, "prompt_tokens": 12, "max_examples": 600}
+    return TrainOptions(**{**base, **kw})
+
+
+def test_gradients_match_finite_differences():
+    rng = np.random.default_rng(0)
+    for kind in ("medusa", "hydra"):
+        h = init_heads(kind, 3, np.arange(0, 24, 2), rng.normal(size=(12, 6)).astype(np.float32), 30, "t", 5, 3.0)
+        for w in h.w2:
+            w[:] = rng.normal(size=w.shape) * 0.3
+        tr = Trainer(h, 3.0)
+        tr.params = {k: v.astype(np.float64) for k, v in tr.params.items()}
+        tr.out, tr.emb = tr.out.astype(np.float64), tr.emb.astype(np.float64)
+        if kind == "hydra":
+            tr.params["oov"] = rng.normal(size=6)
+        hid, toks = rng.normal(size=(9, 6)) * 3, rng.integers(0, 30, size=(9, 4))
+        toks[0, 2:] = -1
+        _, _, grads = tr.loss_and_grads(hid, toks)
+        for k, v in tr.params.items():
+            idx = tuple(int(rng.integers(0, s)) for s in v.shape)
+            old = v[idx]
+            v[idx] = old + 1e-6
+            up = tr.loss_and_grads(hid, toks, grads=False)[0]
+            v[idx] = old - 1e-6
+            down = tr.loss_and_grads(hid, toks, grads=False)[0]
+            v[idx] = old
+            assert (up - down) / 2e-6 == pytest.approx(grads[k][idx], rel=1e-4, abs=1e-7), (kind, k)
+
+
+def test_examples_align_with_the_drafting_positions():
+    # rows[j] picked tokens[j]; head i at row j is labelled tokens[j + 1 + i]; a sampled token ends the labels
+    s = Seq(0, False, [10, 11, 12, 13, 14], [np.full(2, j, np.float32) for j in range(5)],
+            [True, True, True, False, True])
+    h, t = examples(s, 2)
+    assert h[:, 0].tolist() == [0, 1, 3]  # row 2's first label (13) was sampled: dropped; row 3's label 14 ok
+    assert t.tolist() == [[10, 11, 12], [11, 12, -1], [13, 14, -1]]
+    s.greedy[3] = True
+    h, t = examples(s, 2)
+    assert t.tolist() == [[10, 11, 12], [11, 12, 13], [12, 13, 14], [13, 14, -1]]
+
+
+def test_choose_vocab_keeps_the_frequent_labels_and_reports_their_mass():
+    ids, covered = choose_vocab(np.array([[5, 5, 7], [5, 9, -1], [7, 7, 5]]), 2)
+    assert ids.tolist() == [5, 7] and covered == pytest.approx(7 / 8)
+
+
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+def test_training_on_a_fake_target_learns_its_chain(target, tmp_path, kind):
+    out = tmp_path / "h.npz"
+    seen = []
+    s = train_heads(HiddenFake(), target, opts(kind=kind), out=out, on_progress=seen.append)
+    assert {p.phase for p in seen} == {"data", "train"}
+    losses = [p.loss for p in seen if p.phase == "train"]
+    assert losses[-1] < losses[0] * 0.5  # the loss falls
+    assert s.heldout["top1"][0] > 0.9 and s.held_out > 0  # the chain is deterministic: learnable exactly
+    h = load_heads(out, target_identity(target))
+    assert h.kind == kind and h.n_heads == 3 and h.info["steps"] == s.steps
+    fake = HiddenFake()
+    last = np.array([3, 17])
+    draft = h.draft(fake.vecs[last], fake.perm[last], 3)  # hidden of the row whose input was `last`
+    want = np.stack([fake.perm[fake.perm[last]], fake.perm[fake.perm[fake.perm[last]]]], 1)
+    assert (draft[:, :2] == want).mean() >= 0.75
+
+
+def test_resume_continues_the_same_heads(target, tmp_path):
+    out = tmp_path / "h.npz"
+    first = train_heads(HiddenFake(), target, opts(), out=out)
+    before = load_heads(out, None)
+    second = train_heads(HiddenFake(), target, opts(kind="medusa", vocab=16), out=out, resume=True)
+    after = load_heads(out, None)
+    assert second.resumed and after.kind == "hydra" and np.array_equal(after.ids, before.ids)
+    assert after.info["runs"] == 2 and after.info["steps"] == first.steps + second.steps
+    assert second.examples > first.examples  # the first run's data is trained on again, beside the new
+    assert after.info["adam_steps"] == before.info["adam_steps"] + second.steps
+
+
+def test_the_budget_is_honoured(target, tmp_path):
+    t = time.monotonic()
+    s = train_heads(HiddenFake(), target, opts(minutes=0.05, max_examples=None), out=tmp_path / "h.npz")
+    assert time.monotonic() - t < 3 + 2 and s.steps > 0
+
+
+def test_ctrl_c_while_training_keeps_what_is_trained(target, tmp_path):
+    training, fired = [], []
+
+    def clock():
+        if len(training) >= 3 and not fired:  # a few progress reports into training: Ctrl-C, once
+            fired.append(1)
+            raise KeyboardInterrupt
+        return time.monotonic()
+
+    def progress(p):
+        if p.phase == "train":
+            training.append(p.steps)
+
+    s = train_heads(HiddenFake(), target, opts(minutes=1.0), out=tmp_path / "h.npz", clock=clock,
+                    on_progress=progress)
+    assert s.interrupted and s.steps >= training[-1] > 0
+    assert load_heads(tmp_path / "h.npz", None).info["steps"] == s.steps
+
+
+def test_resume_refuses_another_models_file_and_a_damaged_one(target, tmp_path):
+    other = tiny_gguf(tmp_path / "other.gguf", seed=1)
+    out = tmp_path / "h.npz"
+    train_heads(HiddenFake(), other, opts(), out=out)
+    with pytest.raises(SpecgenError, match="another model"):
+        train_heads(HiddenFake(), target, opts(), out=out, resume=True)
+    out.write_bytes(out.read_bytes()[:200])
+    with pytest.raises(SpecgenError, match="damaged"):
+        train_heads(HiddenFake(), target, opts(), out=out, resume=True)
+
+
+def test_unreadable_inputs_are_one_line(target, tmp_path):
+    bare = tiny_gguf(tmp_path / "bare.gguf", with_output=False)
+    with pytest.raises(SpecgenError, match="no output matrix"):
+        output_rows(bare)
+    with pytest.raises(SpecgenError, match="not found"):
+        seeds_from_files([tmp_path / "missing.txt"])
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(SpecgenError, match="UTF-8"):
+        train_heads(HiddenFake(), target, opts(), texts=[tmp_path / "bin.txt"], out=tmp_path / "h.npz")
+    assert not (tmp_path / "h.npz").exists()
+    assert np.allclose(output_rows(target, np.array([3, 1])), output_rows(target, np.array([1, 3]))[::-1])
+
+
+def test_the_builtin_seeds_are_not_the_benchmark_requests():
+    from importlib.resources import files
+
+    bench = [json.loads(line)["prompt"] for line in files("specgen.data").joinpath("requests.jsonl").read_text().splitlines()]
+    seeds = [text for _, text in builtin_seeds()]
+    assert len(seeds) >= 40
+    assert not {s[:40] for s in seeds} & {b[:40] for b in bench}
+
+
+def test_the_cli_trains_shows_and_refuses(target, tmp_path, monkeypatch, capsys):
+    from specgen.cli import main
+    from specgen.heads import fit
+
+    monkeypatch.setattr(fit, "open_target", lambda path, o, threads=None: _Closable())
+    out = tmp_path / "h.npz"
+    with pytest.raises(SystemExit) as e:
+        main(["heads", "train", "-m", str(target), "--heads", "2", "--vocab", "32", "--width", "8",
+              "--minutes", "0.03", "--seqs", "2", "-o", str(out), "--json"])
+    assert e.value.code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["n_heads"] == 2 and summary["path"] == str(out)
+    with pytest.raises(SystemExit) as e:
+        main(["heads", "show", str(out)])
+    shown = capsys.readouterr().out
+    assert e.value.code == 0 and "hydra" in shown and target_identity(target) in shown
+    out.write_bytes(b"junk")
+    with pytest.raises(SystemExit) as e:
+        main(["heads", "show", str(out)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "damaged" in err
+    with pytest.raises(SystemExit) as e:
+        main(["heads", "train", "-m", str(target), "--kind", "eagle"])
+    assert e.value.code == 2 and "--kind" in capsys.readouterr().err
+
+
+class _Closable(HiddenFake):
+    def close(self):
+        pass
+
+
+def test_real_hidden_rows_align_and_briefly_trained_heads_beat_chance(smollm_path):
+    from specgen.heads.collect import collect
+    from specgen.heads.fit import open_target, split_prompts
+    from specgen.heads.train import batches, evaluate
+
+    o = TrainOptions(n_heads=2, n_seq=6, gen_tokens=24, prompt_tokens=48)
+    rng = np.random.default_rng(0)
+    with open_target(smollm_path, o, n_threads=2) as engine:
+        prompts, groups = split_prompts(engine, builtin_seeds()[::4], o, rng)
+        train, held = collect(engine, prompts, groups, 2, gen_tokens=24, deadline=time.monotonic() + 120, rng=rng,
+                              kick=0.0, max_examples=100)
+        n_vocab = engine.n_vocab
+    data = Samples(np.concatenate([train.hidden, held.hidden]), np.concatenate([train.tokens, held.tokens]),
+                   np.concatenate([train.group, held.group]), groups)
+    assert len(data) >= 80
+    ids, _ = choose_vocab(data.tokens, 1024)
+    out = output_rows(smollm_path, ids)
+    # the row kept for each example is the one that picked `last`: the output matrix times it says so
+    inside = np.isin(data.tokens[:, 0], ids)
+    picked = ids[np.argmax(data.hidden[inside] @ out.T, axis=1)]
+    assert (picked == data.tokens[inside, 0]).mean() > 0.95
+    h_rms = float(np.sqrt(np.mean(data.hidden ** 2)))
+    tr = Trainer(init_heads("hydra", 2, ids, out, n_vocab, "t", 64, h_rms), h_rms, lr=3e-3)
+    start = evaluate(tr, data)["top1"][0]
+    for _, rows in zip(range(60), batches(len(data), 64, rng)):
+        tr.step(data.hidden[rows], data.tokens[rows])
+    after = evaluate(tr, data)["top1"][0]
+    assert after > max(start, 5.0 / len(ids)) and after > 0.2
