@@ -349,3 +349,18 @@ def test_every_command_takes_heads(command):
 
     res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "--heads" in res.output
+
+
+def test_a_server_drafts_every_sequence_with_one_heads_batch():
+    """Concurrent serving: the scheduler's step asks the heads for every sequence's want at once,
+    one begin over a (B, n_embd) batch; the text is the sequential text."""
+    from specgen.serve.scheduler import Job, Server
+
+    eng = HiddenFakeEngine(chain_table(50), n_batch=64)
+    heads = chain_heads(50, 3)
+    jobs = [Job(f"r{i}", [i, i + 1, i + 2], max_tokens=12) for i in range(3)]
+    out = {r.job.id: r for r in Server(eng, 3, draft_max=3, drafter=HeadsDrafter(eng, heads)).serve(jobs)}
+    for i in range(3):
+        assert out[f"r{i}"].gen.tokens == [(i + 3 + j) % 50 for j in range(12)]
+        assert out[f"r{i}"].gen.stats.accepted > 0
+    assert max(len(rows) for rows, _ in heads.begun) == 3  # the three sequences in one batch
