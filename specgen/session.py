@@ -8,7 +8,8 @@ cannot encode text is refused), and builds the drafter through the one
 holder of opened models, for every command: run, chat, rewrite, tune, serve
 (specgen.serve.setup) and bench (specgen.bench.models, which opens several
 draft models beside one target). The mode says what drafts: "plain",
-"lookup", "suffix" or "draft".
+"lookup", "suffix", "draft" or "heads" (prediction heads over the target's
+hidden state: the target is then opened with hidden=True, and only then).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class ModelOptions:
     global_cache: bool = False  # suffix: also draft from earlier requests of this process
     suffix_choice: str = "latest"  # suffix: latest occurrence's continuation, or "frequent"
     tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.decode.tree)
+    heads: str | None = None  # prediction heads: a heads file, or "auto" (the one trained for the target)
 
     def lookup_ngram_min(self, alongside: bool = False) -> int:
         """Prompt lookup's shortest match: as given, else 1 (2 beside a draft model)."""
@@ -58,8 +60,9 @@ class ModelOptions:
         return ALONGSIDE_NGRAM_MIN if alongside else 1
 
     def validate(self) -> None:
-        chosen = [name for name, on in (("-d/--draft", self.draft), ("--lookup", self.lookup and not self.draft),
-                                        ("--no-spec", self.no_spec),
+        chosen = [name for name, on in (("-d/--draft", self.draft),
+                                        ("--lookup", self.lookup and not self.draft and not self.heads),
+                                        ("--heads", self.heads), ("--no-spec", self.no_spec),
                                         ("--suffix", self.drafter == "suffix")) if on]
         if len(chosen) > 1:
             raise SpecgenError(f"choose one of {', '.join(chosen)}")
@@ -77,6 +80,8 @@ class ModelOptions:
             raise SpecgenError(f"--p-min must be in [0, 1) (got {self.p_min})")
         if self.tree_width < 1:
             raise SpecgenError(f"--tree-width must be >= 1 (got {self.tree_width})")
+        if self.heads is not None and not self.heads.strip():
+            raise SpecgenError("--heads needs a heads file or auto")
         if self.tree_width > 1 and (self.drafter != "suffix" or self.n_seq > 1):
             raise SpecgenError("--tree-width needs --suffix (and one sequence)")
         if self.drafter not in (None, "lookup", "suffix"):
@@ -88,8 +93,8 @@ class ModelOptions:
 
     def drafter_options(self, mode: str, model_max: int | None = None) -> DrafterOptions:
         """What this command drafts with in `mode` (plain: the options a chat's /spec would use)."""
-        kind = {"draft": "model", "suffix": "suffix"}.get(mode, "lookup")
-        alongside = mode == "draft" and (self.lookup or (self.lookup is None and self.policy_name == "cost"))
+        kind = {"draft": "model", "suffix": "suffix", "heads": "heads"}.get(mode, "lookup")
+        alongside = mode in ("draft", "heads") and (self.lookup or (self.lookup is None and self.policy_name == "cost"))
         return DrafterOptions(kind, self.ngram_max, self.lookup_ngram_min(), lookup_alongside=bool(alongside),
                               alongside_ngram_min=self.lookup_ngram_min(alongside=True), model_max=model_max,
                               p_min=self.p_min, global_cache=self.global_cache, suffix_choice=self.suffix_choice)
@@ -109,7 +114,7 @@ class Session:
     target: Engine
     target_path: Path
     drafts: dict[Path, OpenedDraft] = field(default_factory=dict)
-    mode: str = "plain"  # plain | lookup | suffix | draft
+    mode: str = "plain"  # plain | lookup | suffix | draft | heads
     draft_max: int = 0
     drafter_options: DrafterOptions = DrafterOptions("lookup")
     draft_path: Path | None = None
@@ -118,6 +123,8 @@ class Session:
     engine_kw: dict = field(default_factory=dict)  # how draft models are opened beside the target
     tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.decode.tree)
     costs_seen: CostLog = field(default_factory=CostLog)  # what its policies timed, per model (see close)
+    heads: object | None = None  # the loaded prediction heads (specgen.heads.model.Heads), checked against the target
+    heads_step_s: float = 0.0  # one head's step, timed when they were loaded (the cost policy's first figure)
 
     @property
     def draft_engine(self) -> Engine | None:
@@ -131,8 +138,8 @@ class Session:
 
     @property
     def label(self) -> str:
-        """The mode as people read it: "draft + lookup" when lookup drafts alongside the model."""
-        return "draft + lookup" if self.drafter is not None and self.drafter.offers else self.mode
+        """The mode as people read it: "draft + lookup" when lookup drafts alongside the model (or heads)."""
+        return f"{self.mode} + lookup" if self.drafter is not None and self.drafter.offers else self.mode
 
     def open_draft(self, path: Path) -> OpenedDraft:
         """The draft model at `path`, opened (vocabulary checked) on first use only."""
@@ -146,16 +153,20 @@ class Session:
         options = options or self.drafter_options
         path = draft_path or self.draft_path
         draft = self.open_draft(path) if options.kind == "model" and path is not None else None
-        return build_drafter(options, self.target, draft)
+        return build_drafter(options, self.target, draft, self.heads if options.kind == "heads" else None)
 
     def new_policy(self, k: int | None = None, name: str | None = None, shared: dict | None = None,
-                   draft_engine: Engine | None = None):
+                   draft_engine: Engine | None = None, heads_step_s: float | None = None):
         """A fresh policy for one generation (its estimates start from the priors), over
-        the session's draft model or `draft_engine` (one it opened); the passes it
-        times are kept for the cached profiles (`close`)."""
+        the session's draft model or `draft_engine` (one it opened), or for prediction
+        heads whose step takes `heads_step_s` (default: the session's heads, when it
+        drafts with them); the passes it times are kept for the cached profiles (`close`)."""
+        heads_s = heads_step_s
+        if heads_s is None and self.mode == "heads" and draft_engine is None:
+            heads_s = self.heads_step_s
         return make_policy(name or self.policy_name, self.draft_max if k is None else k, self.target,
                            draft_engine if draft_engine is not None else self.draft_engine, shared=shared,
-                           log=self.costs_seen)
+                           log=self.costs_seen, heads_step_s=heads_s)
 
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, params: SamplingParams = SamplingParams(),
                  ignore_eos: bool = False, policy=None) -> Generation:
@@ -192,8 +203,8 @@ class Session:
 
 
 # Fixed k (-k without --adaptive) defaults, and the ceiling adaptive policies may reach.
-DEFAULT_DRAFT_MAX = {"lookup": 8, "suffix": 8, "draft": 4, "plain": 0}
-ADAPTIVE_K_MAX = {"lookup": 16, "suffix": 16, "draft": 8, "plain": 0}
+DEFAULT_DRAFT_MAX = {"lookup": 8, "suffix": 8, "draft": 4, "heads": 4, "plain": 0}
+ADAPTIVE_K_MAX = {"lookup": 16, "suffix": 16, "draft": 8, "heads": 8, "plain": 0}  # heads: never more than they have
 POLICIES = ("cost", "heuristic", "fixed")
 
 
@@ -228,14 +239,18 @@ def open_draft(target: Engine, path: Path, **engine_kw) -> OpenedDraft:
 
 
 def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None, *,
-                shared: dict | None = None, log: CostLog | None = None, **cost_kw):
+                shared: dict | None = None, log: CostLog | None = None, heads_step_s: float | None = None,
+                **cost_kw):
     """A fresh policy for one generation. cost: from the profiles of the target
     (verify curve) and the draft model (one step, bulk feed), probed on first
-    use; `shared` acceptance statistics let a server's requests learn from each
-    other; `log`: where the passes it times are kept (a session's);
-    `cost_kw`: further CostAware arguments (e.g. explore_near=False)."""
+    use, or prediction heads' step (`heads_step_s`, timed when they were loaded:
+    no draft engine, no catch-up; a round of k heads is priced k steps and the
+    policy corrects the step from the rounds it times); `shared` acceptance
+    statistics let a server's requests learn from each other; `log`: where the
+    passes it times are kept (a session's); `cost_kw`: further CostAware
+    arguments (e.g. explore_near=False)."""
     from specgen.policy.base import FixedK, Heuristic
-    from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware
+    from specgen.policy.cost import DRAFT_MODEL_PRIOR, HEADS_PRIOR, CostAware
 
     if name == "fixed" or k_max == 0:
         return FixedK()
@@ -261,8 +276,11 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
         kw["draft_provisional"] = draft.get("provisional", ())
         if log is not None:
             kw["draft_seen"] = log.of(draft_engine)
+    prior = DRAFT_MODEL_PRIOR if same_vocab else None
+    if heads_step_s is not None and draft_engine is None:
+        step, prior = heads_step_s, HEADS_PRIOR
     return CostAware(k_max, prof["verify_s"], step, feed, draft_verify_s=curve, shared=shared,
-                     model_prior=DRAFT_MODEL_PRIOR if same_vocab else None, **kw, **cost_kw)
+                     model_prior=prior, **kw, **cost_kw)
 
 
 def make_gate(policy_name: str):
@@ -282,18 +300,23 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
     if opts.pair:
         pair = registry.resolve_pair(opts.pair, catalog)
         model_ref = model_ref or pair.target
-        if not (opts.lookup or opts.no_spec or opts.drafter == "suffix"):
+        if not (opts.lookup or opts.no_spec or opts.drafter == "suffix" or opts.heads):
             draft_ref = draft_ref or pair.draft
         draft_max = draft_max or pair.draft_max
     target_path = _resolve(model_ref, catalog)
     draft_path = _resolve(draft_ref, catalog) if draft_ref else None
-    mode = "plain" if opts.no_spec else "draft" if draft_path else "suffix" if opts.drafter == "suffix" else "lookup"
-    if opts.lookup is False and mode != "draft":
-        raise SpecgenError("--no-lookup needs a draft model (-d/--draft or --pair); to decode plainly use --no-spec")
+    mode = "plain" if opts.no_spec else "draft" if draft_path else "heads" if opts.heads else \
+        "suffix" if opts.drafter == "suffix" else "lookup"
+    if opts.lookup is False and mode not in ("draft", "heads"):
+        raise SpecgenError("--no-lookup needs a draft model (-d/--draft or --pair) or --heads; "
+                           "to decode plainly use --no-spec")
+    heads = open_heads(opts.heads, target_path, model_ref) if mode == "heads" else None
     policy_name = "fixed" if mode == "plain" else opts.policy_name
     drafter_options = opts.drafter_options(mode)
     default_k = DEFAULT_DRAFT_MAX if policy_name == "fixed" else ADAPTIVE_K_MAX
     k = 0 if mode == "plain" else (draft_max or default_k[mode])
+    if heads is not None:
+        k = min(k, heads.n_heads)  # no more tokens a round than the heads have
     if drafter_options.lookup_alongside:
         # lookup's offers reach as far as lookup's own ceiling; the model's stays
         drafter_options = replace(drafter_options, model_max=k)
@@ -306,15 +329,40 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
     kw = dict(n_ctx=opts.ctx_size, n_threads=opts.threads, n_gpu_layers=opts.gpu_layers, n_seq_max=n_seq,
               kv_unified=n_seq > 1)
     _note_large(target_path, draft_path)
-    session = Session(Engine(target_path, **kw), target_path, mode=mode, draft_max=k, drafter_options=drafter_options,
-                      draft_path=draft_path, policy_name=policy_name, engine_kw=kw, tree_width=opts.tree_width)
+    # only heads read the target's hidden states (a draft model opened beside it never does)
+    target = Engine(target_path, **kw, hidden=heads is not None)
+    session = Session(target, target_path, mode=mode, draft_max=k, drafter_options=drafter_options,
+                      draft_path=draft_path, policy_name=policy_name, engine_kw=kw, tree_width=opts.tree_width,
+                      heads=heads)
     try:
+        if heads is not None:
+            from specgen.drafters.heads import time_heads
+
+            session.heads_step_s = time_heads(heads, target.n_embd)
         if mode != "plain":
             session.drafter = session.new_drafter()
     except BaseException:
         session.close()
         raise
     return session
+
+
+def open_heads(ref: str, target_path: Path, model_ref: str | None = None):
+    """The prediction heads `ref` names for the target at `target_path`: a heads file,
+    or "auto", the one `specgen heads train` wrote for this target. One line
+    (SpecgenError) when there is none, or the file is damaged or for another model."""
+    from specgen.heads.model import heads_path, load_heads, target_identity
+
+    identity = target_identity(target_path)
+    if ref.strip() == "auto":
+        path = heads_path(identity)
+        if not path.is_file():
+            model = model_ref or str(target_path)
+            raise SpecgenError(f"no prediction heads trained for {target_path.name} "
+                               f"(train them: specgen heads train -m {model})")
+    else:
+        path = Path(ref).expanduser()
+    return load_heads(path, identity)
 
 
 LARGE_FILE = 1 << 30  # a model file this big may take seconds to read from disk

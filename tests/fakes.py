@@ -117,3 +117,82 @@ class RowRecorder:
         row = self.engine.sync(seq, tokens)
         self._record(len(tokens) - 1, [row])
         return row
+
+
+class HiddenFakeEngine(FakeEngine):
+    """A FakeEngine opened as with hidden=True: `hidden_at(seq, pos)` is the one-hot of the
+    token at `pos` (n_embd = n_vocab), for the rows of the sequence's last decode with
+    outputs while they stay cached, as the real engine keeps them; None otherwise."""
+
+    def __init__(self, table: np.ndarray, **kw) -> None:
+        super().__init__(table, **kw)
+        self.n_embd = self.n_vocab
+        self._hid: dict[int, tuple[int, int]] = {}  # seq -> (first position, rows) of its last decode with outputs
+        self.hidden_reads: list[tuple[int, int]] = []  # (seq, pos) asked for
+
+    def decode_batch(self, parts):
+        starts = {s: len(self.kv.get(s, [])) for s, _, _ in parts}
+        out = super().decode_batch(parts)
+        for s, t, n in parts:
+            if n:
+                self._hid[s] = (starts[s] + len(t) - n, n)
+            elif s in self._hid:
+                self._trim(s, starts[s])
+        return out
+
+    def truncate(self, seq: int, n: int) -> None:
+        super().truncate(seq, n)
+        self._trim(seq, n)
+
+    def _trim(self, seq: int, n: int) -> None:
+        if seq in self._hid:
+            first, rows = self._hid[seq]
+            if n <= first:
+                del self._hid[seq]
+            else:
+                self._hid[seq] = (first, min(rows, n - first))
+
+    def hidden_at(self, seq: int, pos: int):
+        self.hidden_reads.append((seq, pos))
+        first, rows = self._hid.get(seq, (0, 0))
+        if not first <= pos < first + rows:
+            return None
+        h = np.zeros(self.n_embd, dtype=np.float32)
+        h[self.kv[seq][pos]] = 1.0
+        return h
+
+
+class FakeHeads:
+    """Hydra-like heads on the Heads interface: head i's logits over `ids` are
+    `tables[i][prev]`, prev = the token drafted at head i-1 (head 0: `last`). It
+    records what `begin` was given: the hidden rows' one-hot tokens and `last`."""
+
+    kind = "hydra"
+
+    def __init__(self, tables: np.ndarray, ids, n_vocab: int, target: str = "fake") -> None:
+        self.tables = np.asarray(tables, dtype=np.float32)  # (n_heads, n_vocab, len(ids))
+        self.ids = np.asarray(ids, dtype=np.int32)
+        self.n_vocab = n_vocab
+        self.target = target
+        self.n_heads = self.tables.shape[0]
+        self.begun: list[tuple[list[int], list[int]]] = []  # (argmax of each hidden row, last) per begin
+
+    def begin(self, hidden, last):
+        self.begun.append(([int(x) for x in np.argmax(hidden, axis=1)], [int(x) for x in last]))
+        return np.asarray(last, dtype=np.int64)
+
+    def step(self, state, i):
+        return self.tables[i][state], None
+
+    def advance(self, state, chosen):
+        return np.asarray(chosen, dtype=np.int64)
+
+
+def chain_heads(n_vocab: int, n_heads: int, step: int = 1, ids=None) -> FakeHeads:
+    """Heads that predict chain_table's text: each head's argmax is prev + step."""
+    ids = np.arange(n_vocab) if ids is None else np.asarray(ids)
+    tables = np.zeros((n_heads, n_vocab, len(ids)), dtype=np.float32)
+    for t in range(n_vocab):
+        hit = np.flatnonzero(ids == (t + step) % n_vocab)
+        tables[:, t, hit] = 5.0
+    return FakeHeads(tables, ids, n_vocab)

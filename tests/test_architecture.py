@@ -19,7 +19,7 @@ RANK = {
     "": 0,
 }
 # the drafters' classes: built in specgen/drafters/build.py only
-DRAFTER_CLASSES = ("PromptLookup", "SuffixDrafter", "DraftModel", "TranslatedDraftModel", "WithLookup")
+DRAFTER_CLASSES = ("PromptLookup", "SuffixDrafter", "DraftModel", "TranslatedDraftModel", "WithLookup", "HeadsDrafter")
 
 
 def _modules() -> dict[str, Path]:

@@ -158,6 +158,26 @@ def smoke_http_client(tmp_path):
     assert "specgen" in p.stdout
 
 
+def smoke_heads(tmp_path):
+    """Untrained heads (each head the target's own readout) for the embedded model, a tiny fixed-k run."""
+    import numpy as np
+
+    from specgen.heads.collect import output_rows
+    from specgen.heads.model import save_heads, target_identity
+    from specgen.heads.train import init_heads
+    from specgen.models.registry import resolve_model
+
+    target = resolve_model("gemma3-270m")
+    ids = np.arange(512, dtype=np.int32)
+    out = output_rows(target, ids)
+    heads = init_heads("hydra", 2, ids, out, 262144, target_identity(target), 16, 1.0)
+    save_heads(heads, tmp_path / "h.npz")
+    p = ok(run(["heads.py", "--targets", "q4km", "--heads-q4km", str(tmp_path / "h.npz"), "--requests", "1",
+                "--tokens", "6", "--repeats", "1", "--temps", "0", "--policy", "fixed", "-k", "2", "--threads", "1"],
+               tmp_path, timeout=600))
+    assert "open-ended" in p.stdout and "% of a pass" in p.stdout and "head-1 acceptance" in p.stdout
+
+
 def smoke_policy(tmp_path):
     one_line_failure(run(["policy.py", "--tools", MISSING], tmp_path), "llama-speculative-simple")
 
@@ -213,6 +233,7 @@ SMOKE = {
     "concurrency.py": smoke_concurrency,
     "core.py": smoke_core,
     "http_client.py": smoke_http_client,
+    "heads.py": smoke_heads,
     "http_llama.py": smoke_http_llama,
     "policy.py": smoke_policy,
     "replay.py": smoke_replay,

@@ -2,8 +2,9 @@
 
 Plain is always measured; `lookup[:k=N,ngram=N,ngram_min=N]`,
 `suffix[:k=N,ngram_min=N]` (the suffix index; `ngram_min`: its shortest match),
-`draft=MODEL[:k=N]` and `pair=NAME[:k=N]` (each with an optional `policy=P`)
-add speculative ones. Default draft lengths and policy names are the loader's.
+`draft=MODEL[:k=N]`, `pair=NAME[:k=N]` and `heads[=FILE|auto][:k=N]` (prediction
+heads over the target's hidden state; no FILE: auto, the heads trained for the
+target) (each with an optional `policy=P`) add speculative ones. Default draft lengths and policy names are the loader's.
 `suffix:global=on` (or bench --global-cache on) adds an index over the
 earlier requests of the same repeat.
 """
@@ -26,17 +27,17 @@ MAX_K = 128
 # bench's default policy (fixed) first
 _POLICY_CHOICES = ("fixed", *(p for p in POLICIES if p != "fixed"))
 _CONFIG_USAGE = (
-    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P,lookup=on|off] or pair=NAME[:k=N,policy=P,lookup=on|off]"
-    f" (P: {', '.join(_POLICY_CHOICES)}; lookup alongside the draft model: on by default under policy=cost)"
+    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P,lookup=on|off], pair=NAME[:k=N,policy=P,lookup=on|off] or heads[=FILE|auto][:k=N,policy=P,lookup=on|off]"
+    f" (P: {', '.join(_POLICY_CHOICES)}; lookup alongside the draft model or heads: on by default under policy=cost)"
 )
 _OPTIONS_RE = re.compile(r"[a-z_]+=[^,:]*(,[a-z_]+=[^,:]*)*")
 
 
 @dataclass(frozen=True)
 class Config:
-    """One way of decoding: plain, prompt lookup, the suffix index, or a draft model (by ref or pair)."""
+    """One way of decoding: plain, prompt lookup, the suffix index, a draft model (by ref or pair), or prediction heads."""
 
-    kind: str  # plain | lookup | suffix | draft | pair
+    kind: str  # plain | lookup | suffix | draft | pair | heads
     k: int | None = 0
     ngram_max: int = NGRAM_MAX
     ngram_min: int = 1
@@ -44,7 +45,8 @@ class Config:
     pair: str | None = None
     policy: str = "fixed"  # draft-length policy (specgen.policy.base); k is its ceiling unless fixed
     global_cache: bool = False  # suffix: an index over the earlier requests of the same repeat (runner.Runner)
-    lookup: bool | None = None  # draft/pair: prompt lookup alongside the model (None: as `specgen run`, on under cost)
+    lookup: bool | None = None  # draft/pair/heads: prompt lookup alongside (None: as `specgen run`, on under cost)
+    heads: str | None = None  # heads: a heads file, or "auto" (the heads trained for the target)
 
     @property
     def name(self) -> str:
@@ -61,7 +63,8 @@ class Config:
             extra.append("global=on")
         if self.lookup is not None:
             extra.append(f"lookup={'on' if self.lookup else 'off'}")
-        head = self.kind if self.kind in ("lookup", "suffix") else f"pair={self.pair}" if self.kind == "pair" else f"draft={self.draft}"
+        head = self.kind if self.kind in ("lookup", "suffix") else f"pair={self.pair}" if self.kind == "pair" \
+            else f"draft={self.draft}" if self.kind == "draft" else "heads" if self.heads == "auto" else f"heads={self.heads}"
         return head + (":" + ",".join(extra) if extra else "")
 
     @property
@@ -69,6 +72,8 @@ class Config:
         """A short name for tables: a draft path shows only its file name."""
         if self.kind == "draft" and self.draft and ("/" in self.draft or os.sep in self.draft):
             return f"draft={Path(self.draft).name}:" + self.name.rsplit(":", 1)[1]
+        if self.kind == "heads" and self.heads and ("/" in self.heads or os.sep in self.heads):
+            return f"heads={Path(self.heads).name}:" + self.name.rsplit(":", 1)[1]
         return self.name
 
     @property
@@ -77,14 +82,15 @@ class Config:
 
     @property
     def lookup_alongside(self) -> bool:
-        """The session's rule: with a draft model, lookup too when asked, or by default under the cost policy."""
-        return self.drafts_with_model and (self.lookup or (self.lookup is None and self.policy == "cost"))
+        """The session's rule: with a draft model or heads, lookup too when asked, or by default under the cost policy."""
+        return (self.drafts_with_model or self.kind == "heads") and \
+            bool(self.lookup or (self.lookup is None and self.policy == "cost"))
 
     def drafter_options(self) -> DrafterOptions:
         """What this configuration drafts with (specgen.drafters.build); plain drafts with nothing."""
         if self.kind == "plain":
             raise ValueError("plain decoding has no drafter")
-        kind = "model" if self.drafts_with_model else self.kind
+        kind = "model" if self.drafts_with_model else self.kind  # lookup | suffix | heads
         return DrafterOptions(kind, self.ngram_max, self.ngram_min, lookup_alongside=bool(self.lookup_alongside),
                               global_cache=self.global_cache)
 
@@ -110,6 +116,14 @@ def parse_config(text: str) -> Config:
         policy = opts.get("policy", "fixed")
         return Config("suffix", opts.get("k", _default_k("suffix", policy)), ngram_min=opts.get("ngram_min", 1), policy=policy,
                       global_cache=opts.get("global") == "on")
+    if s == "heads" or s.startswith(("heads:", "heads=")):
+        ref, tail = _split_options(s[len("heads=") :]) if s.startswith("heads=") else ("auto", s[len("heads:") :])
+        if not ref:
+            raise SpecgenError(f"--config {text}: heads= needs a heads file (or auto)")
+        opts = _options(tail, ("k", "policy", "lookup"), text)
+        policy = opts.get("policy", "fixed")
+        lookup = {"on": True, "off": False}.get(opts.get("lookup"))
+        return Config("heads", opts.get("k", _default_k("heads", policy)), policy=policy, lookup=lookup, heads=ref)
     for kind in ("draft", "pair"):
         if s.startswith(kind + "="):
             ref, tail = _split_options(s[len(kind) + 1 :])

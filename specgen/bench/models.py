@@ -1,4 +1,4 @@
-"""Bench models: the target opened once, each distinct draft model once, in one `Session`.
+"""Bench models: the target opened once, each distinct draft model (heads file) once, in one `Session`.
 
 Each configuration's drafter is built through the one `build_drafter`
 (specgen.drafters.build), from the configuration's `DrafterOptions`; the
@@ -18,7 +18,8 @@ from specgen.drafters.build import build_drafter
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
-from specgen.session import DEFAULT_DRAFT_MAX, Session
+from specgen.drafters.heads import time_heads
+from specgen.session import DEFAULT_DRAFT_MAX, Session, open_heads
 
 
 @dataclass
@@ -32,10 +33,13 @@ class Setup:
     draft_engines: dict[str, object] = field(default_factory=dict)  # config name → its draft Engine
     session: Session | None = None  # what holds the opened models (closed by `close`)
     opened: dict[str, object] = field(default_factory=dict)  # config name → its OpenedDraft
+    heads: dict[str, object] = field(default_factory=dict)  # config name → its loaded heads
+    heads_step_s: dict[str, float] = field(default_factory=dict)  # config name → its heads' timed step
 
     def new_drafter(self, config: Config):
-        """A fresh drafter for `config` (new indexes), over its draft model if it has one."""
-        return build_drafter(config.drafter_options(), self.target, self.opened.get(config.name))
+        """A fresh drafter for `config` (new indexes), over its draft model (or heads) if it has one."""
+        return build_drafter(config.drafter_options(), self.target, self.opened.get(config.name),
+                             self.heads.get(config.name))
 
     def close(self) -> None:
         if self.session is not None:
@@ -87,10 +91,16 @@ def open_bench(
     kw = dict(n_ctx=ctx_size, n_threads=threads, n_gpu_layers=gpu_layers)
     if n_seq_max > 1:
         kw.update(n_seq_max=n_seq_max, kv_unified=True)
-    session = Session(Engine(target_path, **kw), target_path, engine_kw=kw)
+    wants_heads = any(c.kind == "heads" for c in configs)
+    loaded = {ref: open_heads(ref, target_path, model) for ref in {c.heads for c in configs if c.kind == "heads"}}
+    # with heads among the configurations the target keeps hidden states for every one, plain included
+    session = Session(Engine(target_path, **kw, hidden=wants_heads), target_path, engine_kw=kw)
     setup = Setup(session.target, target_path, [PLAIN, *configs], {"plain": None}, session=session)
     try:
+        timed = {ref: time_heads(h, session.target.n_embd) for ref, h in loaded.items()}
         for c in configs:
+            if c.kind == "heads":
+                setup.heads[c.name], setup.heads_step_s[c.name] = loaded[c.heads], timed[c.heads]
             if c.drafts_with_model:
                 # configurations of one draft model share its engine (runs are sequential;
                 # a drafter keeps nothing between generations but its engine's cache)

@@ -78,7 +78,8 @@ class SweepRunner:
         shared = drafter.policy_stats if drafter is not None else None
 
         def new_policy():  # through the session, which keeps the passes each policy times
-            return setup.session.new_policy(k, config.policy, shared=shared, draft_engine=draft_engine)
+            return setup.session.new_policy(k, config.policy, shared=shared, draft_engine=draft_engine,
+                                            heads_step_s=setup.heads_step_s.get(config.name))
 
         new_policy()  # costs are read (or probed) now, before serving: timing passes uses sequence 0
         return Server(setup.target, level, draft_max=k, drafter=drafter, new_policy=new_policy,

@@ -28,7 +28,7 @@ ReportOpt = Annotated[Optional[Path], typer.Option("--report", metavar="FILE.htm
 
 CONFIG_HELP = (
     "A speculative configuration to compare with plain decoding (repeatable): "
-    "lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P] or pair=NAME[:k=N,policy=P], P = fixed (default), cost or heuristic; with an adaptive policy k is the ceiling. Default: lookup:k=8."
+    "lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P], pair=NAME[:k=N,policy=P] or heads[=FILE|auto][:k=N,policy=P], P = fixed (default), cost or heuristic; with an adaptive policy k is the ceiling. Default: lookup:k=8."
 )
 # The shared options, told as a bench sees them: per request, and the same for every configuration.
 BENCH_TOLD = dict(
@@ -41,6 +41,9 @@ BENCH_TOLD = dict(
     min_p=Told("Min-p for sampled requests."),
     seed=Told("Seed for requests that set none (same for every configuration).", 0, int),
     json_out=Told("Print the summary as one JSON object on stdout."),
+    heads=Told("Also measure prediction heads (a heads file, or auto: those trained for the target) under the cost "
+               "policy, with prompt lookup alongside: the configuration heads=FILE:policy=cost (beside any -C; "
+               "without -C, instead of the default)."),
     global_cache=Told(
         "on: every suffix configuration also drafts from the earlier requests of its repeat (global=on), "
         "one index per repeat and configuration (per batch with --concurrency), so no request drafts from its own earlier output.",
@@ -48,7 +51,7 @@ BENCH_TOLD = dict(
 )
 
 
-@takes("requests", "config", "repeats", "out", "resume", "csv_out", "model", "max_tokens", "ignore_eos", *SAMPLING, "limit",
+@takes("requests", "config", "repeats", "out", "resume", "csv_out", "model", "heads", "max_tokens", "ignore_eos", *SAMPLING, "limit",
        "warmup", *MACHINE, "json_out", "concurrency", "report", "endpoint", "endpoint_model", "endpoint_key_env", "endpoint_body",
        "baseline", "rate", "count", "duration", "timeout", "global_cache", **BENCH_TOLD)
 def bench(
@@ -71,7 +74,7 @@ def bench(
     count: Annotated[Optional[int], typer.Option("--count", help="With --endpoint and --concurrency/--rate: requests per level (the set, cycled; default: its size).")] = None,
     duration: Annotated[Optional[float], typer.Option("--duration", metavar="S", help="With --rate: arrivals stop after S seconds per level.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", metavar="S", help="With --endpoint: seconds allowed per request (a slower one is recorded as failed).")] = 300.0,
-    *, model, max_tokens, ignore_eos, temp, top_k, top_p, min_p, seed, ctx_size, threads, gpu_layers, json_out, global_cache,
+    *, model, heads, max_tokens, ignore_eos, temp, top_k, top_p, min_p, seed, ctx_size, threads, gpu_layers, json_out, global_cache,
 ) -> None:
     """Serve a batch of requests plain and speculative, side by side; per-request latency change and speedup.
 
@@ -82,7 +85,7 @@ def bench(
     if endpoint:
         from specgen.cli.bench_http import http_bench
 
-        given = [f for f, v in (("-C/--config", config), ("-m/--model", model), ("-t/--threads", threads),
+        given = [f for f, v in (("-C/--config", config), ("-m/--model", model), ("--heads", heads), ("-t/--threads", threads),
                                 ("--global-cache on", global_cache == OnOff.on)) if v]
         if given:
             raise SpecgenError(f"{given[0]} configures the in-process bench; with --endpoint the servers are configured")
@@ -99,6 +102,10 @@ def bench(
     if http_only:
         raise SpecgenError(f"{http_only[0]} needs --endpoint")
 
+    if heads is not None:
+        if not heads.strip():
+            raise SpecgenError("--heads needs a heads file or auto")
+        config = [*(config or []), f"heads={heads.strip()}:policy=cost"]
     settings = B.Settings(max_tokens, repeats, ignore_eos, temp, top_k, top_p, min_p, seed, warmup)
     settings.validate()
     if report is not None:

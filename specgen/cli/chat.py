@@ -30,11 +30,13 @@ REWRITE_TOLD = dict(
 )
 
 
-def _make_policy(loaded, k: int, fixed: bool, draft_engine):
-    """The loop's draft-length policy: exactly k (-k, /k) or the loader's adaptive one up to k."""
+def _make_policy(loaded, k: int, fixed: bool, draft_engine, heads: bool = False):
+    """The loop's draft-length policy: exactly k (-k, /k) or the loader's adaptive one up to k
+    (heads: priced by the heads' timed step)."""
     from specgen.session import make_policy
 
-    return make_policy("fixed" if fixed else loaded.policy_name, k, loaded.target, draft_engine)
+    heads_s = loaded.heads_step_s if heads else None
+    return make_policy("fixed" if fixed else loaded.policy_name, k, loaded.target, draft_engine, heads_step_s=heads_s)
 
 
 def _stats_table(st, mode: str, k: int, policy):
@@ -59,7 +61,7 @@ class _ChatState:
     free_mode: str = "lookup"  # what lookup_drafter is: lookup | suffix
 
     def mode(self) -> str:
-        return "plain" if not self.spec else self.free_mode if self.use_lookup else "draft"
+        return "plain" if not self.spec else self.free_mode if self.use_lookup else self.loaded.mode
 
     def free_label(self) -> str:
         return "prompt lookup" if self.free_mode == "lookup" else "the suffix index"
@@ -73,7 +75,8 @@ class _ChatState:
     def new_policy(self) -> None:
         # One policy for the session: its acceptance estimates carry across turns.
         engine = None if self.use_lookup else self.loaded.draft_engine
-        self.policy = _make_policy(self.loaded, self.k, self.fixed_k, engine) if self.spec else None
+        heads = not self.use_lookup and self.loaded.mode == "heads"
+        self.policy = _make_policy(self.loaded, self.k, self.fixed_k, engine, heads) if self.spec else None
 
 
 def _command(cmd, state: _ChatState, conv, session, n_ctx: int, system: str | None) -> bool:
@@ -100,7 +103,8 @@ def _command(cmd, state: _ChatState, conv, session, n_ctx: int, system: str | No
     elif cmd.name == "lookup":
         if state.use_lookup and state.model_drafter is not None:
             state.use_lookup = False
-            note(f"drafting with the draft model {state.loaded.draft_path.name}")
+            note(f"drafting with the draft model {state.loaded.draft_path.name}" if state.loaded.draft_path
+                 else "drafting with the prediction heads")
         elif state.use_lookup and state.spec:
             note(f"already drafting by {state.free_label()}")
         else:
@@ -179,7 +183,7 @@ def chat(
         if template in (None, "auto") and not target.chat_template():
             note(base_model_note(loaded.target_path.name, fmt.name))
         conv = Conversation(fmt, target, system)
-        model_drafter = loaded.drafter if loaded.mode == "draft" else None
+        model_drafter = loaded.drafter if loaded.mode in ("draft", "heads") else None
         state = _ChatState(
             loaded, model_drafter,
             lookup_drafter=(loaded.drafter if loaded.mode in ("lookup", "suffix")
@@ -316,7 +320,8 @@ def rewrite(
         limit = max_tokens or rw.default_max_tokens(prompt, target.n_ctx)
         policy = None
         if loaded.mode != "plain":
-            policy = _make_policy(loaded, loaded.draft_max, draft_max is not None, loaded.draft_engine)
+            policy = _make_policy(loaded, loaded.draft_max, draft_max is not None, loaded.draft_engine,
+                                  loaded.mode == "heads")
         gen = Generation(
             target, prompt.tokens, loaded.drafter, draft_max=loaded.draft_max, max_tokens=limit, params=params,
             policy=policy,

@@ -30,6 +30,11 @@ LookupOpt = Annotated[Optional[bool], typer.Option(
     help="Draft by prompt lookup (n-gram match over prompt + output): the default without -d. With -d, lookup's free "
          "proposals go alongside the draft model's, the better per round by expected speed (the default under the cost "
          "policy); --no-lookup drafts with the model alone.")]
+HeadsOpt = Annotated[Optional[str], typer.Option(
+    "--heads", metavar="FILE|auto",
+    help="Draft with prediction heads over the target's own hidden state: a heads file, or auto (the one "
+         "`specgen heads train` made for this target). Lossless as a draft model (rejection sampling with the heads' "
+         "distribution); prompt lookup offers its free drafts alongside under the cost policy (--no-lookup: heads alone).")]
 NoSpecOpt = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no speculation.")]
 PairOpt = Annotated[Optional[str], typer.Option("--pair", help="A target/draft pair from models.toml.")]
 DraftMaxOpt = Annotated[Optional[int], typer.Option("-k", "--draft-max", help="Draft length: with it alone, a fixed k; with --adaptive, the ceiling (defaults: fixed 8 lookup / 4 draft model; adaptive 16 / 8).")]
@@ -82,7 +87,7 @@ def retold(option, help: str | None, type_=None):
 
 # Every shared option once: the command parameter it fills, its declaration, its usual default.
 SHARED = {
-    "model": (ModelOpt, None), "draft": (DraftOpt, None), "lookup": (LookupOpt, None), "no_spec": (NoSpecOpt, False),
+    "model": (ModelOpt, None), "draft": (DraftOpt, None), "lookup": (LookupOpt, None), "no_spec": (NoSpecOpt, False), "heads": (HeadsOpt, None),
     "pair": (PairOpt, None), "draft_max": (DraftMaxOpt, None),
     "max_tokens": (MaxTokOpt, 256), "temp": (TempOpt, 0.0), "top_k": (TopKOpt, 40), "top_p": (TopPOpt, 0.95),
     "min_p": (MinPOpt, 0.05), "seed": (SeedOpt, None), "ignore_eos": (IgnoreEosOpt, False),
@@ -93,7 +98,7 @@ SHARED = {
     "system": (SystemOpt, None), "raw": (RawOpt, False),
 }
 # The groups, as the commands list them.
-MODEL = ("model", "draft", "lookup", "no_spec", "pair", "draft_max")
+MODEL = ("model", "draft", "heads", "lookup", "no_spec", "pair", "draft_max")
 SAMPLING = ("temp", "top_k", "top_p", "min_p", "seed")  # -> SamplingParams
 MACHINE = ("ctx_size", "threads", "gpu_layers")
 NGRAM = ("ngram_max", "ngram_min")

@@ -34,7 +34,7 @@ def predicted_rates(alphas: list[float], verify_s: list[float], draft_step_s: fl
              "speedup": rate / rates[0]} for k, rate in enumerate(rates)]
 
 
-@takes("model", "draft", "lookup", "pair", "requests", "max_tokens", "k_max", *MACHINE, "json_out",
+@takes("model", "draft", "heads", "lookup", "pair", "requests", "max_tokens", "k_max", *MACHINE, "json_out",
        max_tokens=Told("Tokens per request while estimating.", 48), ctx_size=Told(default=2048))
 def tune(
     requests: Annotated[int, typer.Option("--requests", help="Bundled requests used to estimate acceptance.")] = 6,
@@ -58,6 +58,8 @@ def tune(
         step = 0.0
         if loaded.draft_engine is not None:
             step = cost_profile(loaded.draft_engine, refresh=True)["verify_s"][1]
+        elif loaded.mode == "heads":  # one head's step, timed when they were loaded; k stops at their count
+            step, k_max = loaded.heads_step_s, min(k_max, loaded.heads.n_heads)
         reqs = load_requests(None)
         picked = [reqs[int(i * len(reqs) / requests)] for i in range(min(requests, len(reqs)))]
         reached = [0] * k_max

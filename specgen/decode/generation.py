@@ -80,9 +80,8 @@ class Generation:
         if self.drafter is not None and not params.greedy:
             from specgen.engine.costs import pick_cost
 
-            # a translated draft proposes its argmax (a point mass): no sampled pick per drafted token
-            draft_picks = not self.drafter.free and not self.drafter.translated
-            self.policy.sampling(pick_cost(target.n_vocab, params), draft_picks=draft_picks)
+            # a full-vocabulary pick per drafted token where the drafter declares one (a draft model)
+            self.policy.sampling(pick_cost(target.n_vocab, params), draft_picks=self.drafter.draft_picks)
         self.tokens: list[int] = []
         self.context: list[int] | None = None  # prompt + emitted tokens, from begin()
         self._start: float | None = None

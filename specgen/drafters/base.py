@@ -80,6 +80,11 @@ class Drafter:
     - trees: it drafts trees (`propose_tree`);
     - translated: its drafts come through text from another vocabulary (point
       masses; its cache holds its own token ids, not the target's);
+    - draft_picks: sampling, each drafted token is a pick over the target's whole
+      vocabulary that its step timings leave out (a draft model's: the policy
+      prices it apart, `engine.costs.pick_cost`); a drafter whose picks are
+      over a small vocabulary inside its measured time (prediction heads), or
+      that drafts point masses, does not;
     - engine: the draft model's engine (its cache per sequence), None for none;
     - policy_stats: acceptance statistics it carries across generations (a global
       suffix index), shared by the policies of a server's requests; None: each
@@ -92,6 +97,7 @@ class Drafter:
     offers = False
     trees = False
     translated = False
+    draft_picks = False
     engine = None
     model_max: int | None = None
     policy_stats: dict | None = None

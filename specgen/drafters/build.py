@@ -3,8 +3,9 @@
 Every command (run, chat, rewrite, serve, bench, tune) says what it wants in
 one `DrafterOptions` and gets its drafter here: prompt lookup, the suffix
 index, a draft model (its own vocabulary's ids, or drafting through text when
-the vocabularies differ), with prompt lookup alongside it or not. A draft
-model's engine is opened by the caller (specgen.session, which also checks its
+the vocabularies differ) or prediction heads over the target's hidden state,
+with prompt lookup alongside it or not. A draft model's engine (the heads,
+loaded and checked against the target) is opened by the caller (specgen.session, which also checks its
 vocabulary once) and handed in as an `OpenedDraft`; building a drafter opens
 nothing, so a fresh one (new indexes for a new server or repeat) is cheap.
 """
@@ -15,12 +16,13 @@ from dataclasses import dataclass
 
 from specgen.drafters.automaton import LATEST
 from specgen.drafters.base import Drafter
+from specgen.drafters.heads import HeadsDrafter
 from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX, PromptLookup
 from specgen.drafters.model import DraftModel, WithLookup
 from specgen.drafters.suffix import SuffixDrafter
 from specgen.drafters.translated import TranslatedDraftModel
 
-KINDS = ("lookup", "suffix", "model")
+KINDS = ("lookup", "suffix", "model", "heads")
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,12 @@ class OpenedDraft:
 
 @dataclass(frozen=True)
 class DrafterOptions:
-    """What to draft with. kind: lookup | suffix | model."""
+    """What to draft with. kind: lookup | suffix | model | heads."""
 
     kind: str
     ngram_max: int = NGRAM_MAX  # prompt lookup's longest n-gram
     ngram_min: int = 1  # prompt lookup's shortest n-gram; the suffix index's shortest match
-    lookup_alongside: bool = False  # model: prompt lookup offers its free drafts beside the model
+    lookup_alongside: bool = False  # model, heads: prompt lookup offers its free drafts beside the model
     alongside_ngram_min: int = ALONGSIDE_NGRAM_MIN  # ... matching this many tokens at least
     model_max: int | None = None  # model alongside lookup: the model's own ceiling on k (None: the round's)
     p_min: float = 0.0  # model: stop drafting once its top probability falls below this
@@ -54,19 +56,27 @@ class DrafterOptions:
             raise ValueError("suffix_settings are arguments of the suffix index")
 
 
-def build_drafter(opts: DrafterOptions, target=None, draft: OpenedDraft | None = None) -> Drafter:
-    """The drafter `opts` asks for; a model drafter needs the target (its vocabulary) and the opened draft."""
+def build_drafter(opts: DrafterOptions, target=None, draft: OpenedDraft | None = None, heads=None) -> Drafter:
+    """The drafter `opts` asks for; a model drafter needs the target (its vocabulary) and the opened draft,
+    a heads drafter the target (opened with hidden=True) and the loaded heads (specgen.heads.model.Heads)."""
     if opts.kind == "lookup":
         return PromptLookup(opts.ngram_max, opts.ngram_min)
     if opts.kind == "suffix":
         return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.ngram_min,
                              **dict(opts.suffix_settings))
-    if draft is None or target is None:
+    if opts.kind == "heads":
+        if heads is None or target is None:
+            raise ValueError("a heads drafter needs the target and the loaded heads")
+        model: Drafter = HeadsDrafter(target, heads)
+    elif draft is None or target is None:
         raise ValueError("a model drafter needs the target and an opened draft model")
-    if draft.same_vocab:
-        model: Drafter = DraftModel(draft.engine, draft.n_shared, target.n_vocab, p_min=opts.p_min)
+    elif draft.same_vocab:
+        model = DraftModel(draft.engine, draft.n_shared, target.n_vocab, p_min=opts.p_min)
     else:
         model = TranslatedDraftModel(target, draft.engine, p_min=opts.p_min)
     if not opts.lookup_alongside:
         return model
-    return WithLookup(model, PromptLookup(opts.ngram_max, opts.alongside_ngram_min), model_max=opts.model_max)
+    model_max = opts.model_max
+    if model.model_max is not None:  # the heads: never more a round than they have
+        model_max = min(model_max or model.model_max, model.model_max)
+    return WithLookup(model, PromptLookup(opts.ngram_max, opts.alongside_ngram_min), model_max=model_max)

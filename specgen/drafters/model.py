@@ -32,6 +32,7 @@ class DraftModel(Drafter):
     name = "draft"
     free = False
     prefills = True
+    draft_picks = True
 
     def __init__(self, engine, n_shared: int, n_target_vocab: int, p_min: float = 0.0) -> None:
         self.engine = engine
@@ -145,6 +146,7 @@ class WithLookup(Drafter):
         self.name = f"{model.name}+lookup"
         self.prefills = model.prefills
         self.translated = model.translated
+        self.draft_picks = model.draft_picks
         self.engine = model.engine
 
     @property

@@ -180,6 +180,7 @@ class Engine:
         # hidden=True: per sequence, the first position and the hidden rows of its
         # last decode with outputs (copies), while those positions stay cached
         self._hid: list[tuple[int, np.ndarray] | None] = [None] * n_seq_max
+        self._embd_on = hidden  # llama.cpp's embeddings flag (decode_batch turns it per decode)
 
     # -- vocabulary -------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -303,6 +304,37 @@ class Engine:
         parts: (seq, tokens, n_logits) for each sequence. The rows of all
         parts must fit in n_batch. Returns one logits view per part.
         """
+        if self.hidden:
+            return self._decode_hidden(parts)
+        return self._decode(parts)
+
+    def _decode_hidden(self, parts) -> list[np.ndarray]:
+        """decode_batch with hidden states: while embeddings are on, llama.cpp
+        outputs every row of a decode (it overrides the rows' output flags), so
+        a decode that wants logits on some rows only (a prompt's prefill: its
+        last) is split in two: the rows before the wanted ones with embeddings
+        off, then the wanted rows with them on (a prefill pays one more decode
+        of one row; a verify pass, which wants every row, is one decode)."""
+        if all(n == len(toks) for _, toks, n in parts):
+            self._embeddings(True)
+            return self._decode(parts)
+        before = [(seq, toks[: len(toks) - n], 0) for seq, toks, n in parts if len(toks) > n]
+        wanted = [(seq, toks[len(toks) - n :], n) for seq, toks, n in parts if n]
+        self._embeddings(False)
+        self._decode(before)
+        views = {}
+        if wanted:
+            self._embeddings(True)
+            views = {seq: v for (seq, _, _), v in zip(wanted, self._decode(wanted))}
+        empty = np.empty((0, self.n_vocab), dtype=np.float32)
+        return [views.get(seq, empty) if n else empty for seq, _, n in parts]
+
+    def _embeddings(self, on: bool) -> None:
+        if self._embd_on != on:
+            llama.llama_set_embeddings(self._ctx, on)
+            self._embd_on = on
+
+    def _decode(self, parts: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
         b = self._batch
         i = 0
         for seq, tokens, n_logits in parts:

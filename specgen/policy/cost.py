@@ -24,6 +24,10 @@ from specgen.policy.estimates import Estimates, Observed
 # matches do, so its prior weighs more, and one unlucky round moves it less
 # (replayed: docs/notes/2026-11-drafting-and-policy.md).
 DRAFT_MODEL_PRIOR = (0.7, 6.0)
+# Prediction heads' acceptance before evidence: lower than a draft model's (a
+# head sees one hidden state, not the text), and weighing fewer rounds, so a
+# target where they do poorly stops drafting soon.
+HEADS_PRIOR = (0.5, 4.0)
 
 
 @dataclass
