@@ -31,7 +31,7 @@ LookupOpt = Annotated[Optional[bool], typer.Option(
          "proposals go alongside the draft model's, the better per round by expected speed (the default under the cost "
          "policy); --no-lookup drafts with the model alone.")]
 NoSpecOpt = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no speculation.")]
-PairOpt = Annotated[Optional[str], typer.Option("--pair", help="A target/draft pair from models.toml.")]
+PairOpt = Annotated[Optional[str], typer.Option("--pair", help="A target/draft pair from models.toml, or auto: the best local draft for -m (`specgen pair` ranks them), said on stderr; none: prompt lookup.")]
 DraftMaxOpt = Annotated[Optional[int], typer.Option("-k", "--draft-max", help="Draft length: with it alone, a fixed k; with --adaptive, the ceiling (defaults: fixed 8 lookup / 4 draft model; adaptive 16 / 8).")]
 NgramMaxOpt = Annotated[int, typer.Option("--ngram-max", help="Longest n-gram prompt lookup matches.")]
 NgramMinOpt = Annotated[Optional[int], typer.Option("--ngram-min", help="Shortest n-gram prompt lookup matches (default 1; 2 beside a draft model).", show_default=False)]

@@ -43,6 +43,7 @@ class Header:
     data_end: int  # byte offset just past the last tensor's data (or the header)
     file_size: int
     spans: dict = field(default_factory=dict)  # key -> (value type, first byte, byte past the end) of its value
+    n_params: int = 0  # elements over all tensors (the parameter count)
 
 
 def check_gguf(path: Path) -> None:
@@ -133,6 +134,7 @@ class _Cursor:
 
     def __init__(self, buf, size: int):
         self.buf, self.size, self.pos = buf, size, 0
+        self.n_elems = 0  # summed over the tensor entries read
 
     def take(self, fmt: str):
         n = struct.calcsize(fmt)
@@ -203,6 +205,7 @@ class _Cursor:
         for _ in range(n_dims):
             n_elems *= self.take("<Q")
         ttype, offset = self.take("<I"), self.take("<Q")
+        self.n_elems += n_elems
         # A tensor type newer than the installed gguf package: only its offset is checked.
         block, type_size = sizes.get(ttype, (1, 0))
         return offset + n_elems // block * type_size
@@ -245,4 +248,4 @@ def _parse_header(buf, size: int) -> Header:
         raise _Corrupt(f"bad general.alignment {align!r}")
     data_start = -(-cur.pos // align) * align
     data_end = data_start + end if n_tensors else cur.pos
-    return Header(version, metadata, n_tensors, data_end, size, spans)
+    return Header(version, metadata, n_tensors, data_end, size, spans, cur.n_elems)
