@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from specgen.cli.options import JsonOpt, ThreadsOpt, NglOpt
+from specgen.cli.options import JsonOpt, NglOpt, ThreadsOpt
 
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="Also list the files left out, each with its reason.")]
 
@@ -42,9 +42,9 @@ def pair(
     usable by translation, at most half the target's file size; with the speedup predicted from this
     machine's measured costs where both have them. Exit 1 when none can."""
     from specgen.drafters.pairing import pair as rank_drafts
+    from specgen.errors import SpecgenError
     from specgen.models import registry
     from specgen.models.catalog import user_models_file
-    from specgen.errors import SpecgenError
 
     path = registry.resolve_model(target)
     got = rank_drafts(path, threads=threads, gpu_layers=gpu_layers)
