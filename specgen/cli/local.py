@@ -82,6 +82,11 @@ def pair(
 
 
 def _is_name(ref: str) -> bool:
+    """A models.toml name (not a file, hf: or ollama: reference)."""
+    from pathlib import Path
+
     from specgen.models.catalog import load_catalog
 
+    if ref.startswith(("hf:", "ollama:")) or "/" in ref or Path(ref).expanduser().is_file():
+        return False
     return ref in load_catalog().models

@@ -58,11 +58,11 @@ def print_pairing(p, verbose: bool) -> None:
     from rich.table import Table
 
     t = Table(title=f"drafts for {p.target.name} ({size_text(p.target_size)})")
-    for col in ("#", "store", "name", "size", "vocabulary", "predicted", "basis"):
+    for col in ("#", "store", "name", "size", "vocabulary", "predicted"):
         t.add_column(col, justify="right" if col in ("#", "size", "predicted") else "left")
     for i, c in enumerate(p.candidates, 1):
         t.add_row(str(i), c.model.store, c.model.name, f"{size_text(c.model.size)} ({100 * c.size_ratio:.0f}%)",
-                  c.vocabulary, "unmeasured" if c.speedup is None else f"{c.speedup:.2f}x", c.basis)
+                  c.vocabulary, "unmeasured" if c.speedup is None else f"{c.speedup:.2f}x")
     if p.candidates:
         _console().print(t)
     err = _stderr()
@@ -75,6 +75,8 @@ def print_pairing(p, verbose: bool) -> None:
     else:
         err.print(f"no local model can draft for {p.target.name} ({len(p.scan.models)} local models; "
                   "--pair auto uses prompt lookup)", markup=False, soft_wrap=True)
+    for basis in dict.fromkeys(c.basis for c in p.candidates):
+        err.print(f"predicted: {basis}", markup=False, soft_wrap=True)
     for r in p.rejected if verbose else ():
         err.print(f"not a draft: {r.model.name}: {r.reason}", markup=False, soft_wrap=True)
     if p.rejected and not verbose:

@@ -46,36 +46,39 @@ class Pairing:
         return best(self.candidates)
 
 
-def vocab_checker(target: Path) -> Callable[[LocalModel], tuple[str | None, str]]:
-    """check(model) -> (SAME | TRANSLATED | None, why not), the target's vocabulary opened once, lazily."""
-    from specgen.models.vocab import fingerprint
+class VocabChecker:
+    """check(model) -> (SAME | TRANSLATED | None, why not); the target's vocabulary opened once, lazily."""
 
-    target_fp = fingerprint(target)
-    opened: list = []
+    def __init__(self, target: Path):
+        from specgen.models.vocab import fingerprint
 
-    def check(m: LocalModel) -> tuple[str | None, str]:
-        if target_fp is not None and m.fingerprint == target_fp:
+        self.target, self.fingerprint, self.engine = Path(target), fingerprint(target), None
+
+    def __call__(self, m: LocalModel) -> tuple[str | None, str]:
+        if self.fingerprint is not None and m.fingerprint == self.fingerprint:
             return SAME, ""
         from specgen.drafters.translated import translation_problem
         from specgen.engine.llama import Engine
         from specgen.models.vocab import compare
 
         try:
-            if not opened:
-                opened.append(Engine(target, vocab_only=True))
+            if self.engine is None:
+                self.engine = Engine(self.target, vocab_only=True)
             with Engine(m.path, vocab_only=True) as de:
-                report = compare(opened[0], de)
+                report = compare(self.engine, de)
                 if report.compatible:
                     return SAME, ""
-                why = translation_problem(opened[0], de)
+                why = translation_problem(self.engine, de)
         except SpecgenError as e:
             return None, str(e)
         if why:
             return None, f"another vocabulary ({report.first_problem()}) that cannot draft by translation: {why}"
         return TRANSLATED, ""
 
-    check.close = lambda: [e.close() for e in opened]  # type: ignore[attr-defined]
-    return check
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
 
 
 def predicted_speedup(target: dict | None, draft: dict | None, alpha: float, k_max: int = K_MAX) -> float | None:
@@ -116,12 +119,12 @@ def pair(target: Path, *, threads: int | None = None, gpu_layers: int = 0, found
     header = read_header(target)
     arch = header.metadata.get("general.architecture")
     found = found if found is not None else scan()
-    check = vocab_checker(target)
+    check = VocabChecker(target)
     try:
         cands, rejected = rank(target, header.file_size, arch, found.models, check=check,
                                predict=predictor(target, threads or os.cpu_count() or 1, gpu_layers))
     finally:
-        check.close()  # type: ignore[attr-defined]
+        check.close()
     return Pairing(Path(target), header.file_size, cands, rejected, found)
 
 
