@@ -158,6 +158,13 @@ def smoke_http_client(tmp_path):
     assert "specgen" in p.stdout
 
 
+def smoke_pairing(tmp_path):
+    p = ok(run(["pairing.py", "--scan-only", "--files", "4"], tmp_path))
+    scan = json.loads(p.stdout.splitlines()[-1])["scan"]
+    assert scan["listed"] == scan["files"] == 4 and scan["warm_scan_s"] > 0
+    assert p.stdout.startswith("scan: 4/4 GGUF files")
+
+
 def smoke_policy(tmp_path):
     one_line_failure(run(["policy.py", "--tools", MISSING], tmp_path), "llama-speculative-simple")
 
@@ -214,6 +221,7 @@ SMOKE = {
     "core.py": smoke_core,
     "http_client.py": smoke_http_client,
     "http_llama.py": smoke_http_llama,
+    "pairing.py": smoke_pairing,
     "policy.py": smoke_policy,
     "replay.py": smoke_replay,
     "serve_http.py": smoke_serve_http,

@@ -74,13 +74,31 @@ def tokenizer_digest(path: Path, prefix: str = TOKENIZER_PREFIX) -> tuple[str, d
     with _mapped(path) as (buf, size):
         cur, _, _, n_kv = _start(buf, size)
         metadata, spans = _read_metadata(cur, n_kv)
-        h = hashlib.blake2b(digest_size=20)
-        for key in sorted(k for k in spans if k.startswith(prefix)):
-            vtype, start, end = spans[key]
-            name = key.encode()
-            h.update(struct.pack("<Q", len(name)) + name + struct.pack("<IQ", vtype, end - start))
-            h.update(buf[start:end])
-    return h.hexdigest(), metadata
+        digest = _digest(buf, spans, prefix)
+    return digest, metadata
+
+
+def read_header_digest(path: Path, prefix: str = TOKENIZER_PREFIX) -> tuple[Header, str]:
+    """read_header and tokenizer_digest in one pass over the header (a local scan's cold path)."""
+    with _mapped(path) as (buf, size):
+        header = _parse_header(buf, size)
+        digest = _digest(buf, header.spans, prefix)
+    if header.data_end > size:
+        raise SpecgenError(
+            f"{path} is a truncated or corrupt GGUF file "
+            f"(tensor data ends at byte {header.data_end}, the file has {size})"
+        )
+    return header, digest
+
+
+def _digest(buf, spans: dict, prefix: str) -> str:
+    h = hashlib.blake2b(digest_size=20)
+    for key in sorted(k for k in spans if k.startswith(prefix)):
+        vtype, start, end = spans[key]
+        name = key.encode()
+        h.update(struct.pack("<Q", len(name)) + name + struct.pack("<IQ", vtype, end - start))
+        h.update(buf[start:end])
+    return h.hexdigest()
 
 
 @contextmanager

@@ -2,8 +2,8 @@
 LM Studio's models folder and the folders named in $SPECGEN_MODEL_DIRS.
 
 Header reads only (specgen.models.gguf, no weights loaded): size, architecture,
-parameter count and tokenizer fingerprint (specgen.models.vocab, cached) of
-each file. Split GGUFs (`-00001-of-00003.gguf`), non-GGUF blobs, vision
+parameter count and tokenizer fingerprint (specgen.models.vocab) of each file,
+kept in one cache file while the file is unchanged. Split GGUFs (`-00001-of-00003.gguf`), non-GGUF blobs, vision
 projectors and broken files are kept aside as `Skipped`, each with its reason.
 `ollama_file("ollama:NAME[:TAG]")` is how `-m ollama:...` finds its blob.
 """
@@ -136,13 +136,15 @@ def scan(stores: tuple[str, ...] = STORES) -> Scan:
             found += items
             result.skipped += skipped
     seen: set[str] = set()
+    facts = _FactsCache.load()
     for store, name, path in found:
         real = os.path.realpath(path)
         if real in seen:
             continue
         seen.add(real)
-        item = _examine(store, name, path)
+        item = _examine(store, name, path, facts)
         (result.models if isinstance(item, LocalModel) else result.skipped).append(item)
+    facts.save()
     return result
 
 
@@ -227,26 +229,93 @@ def _manifest_blob(root: Path, manifest: Path) -> Path:
     return blob
 
 
-def _examine(store: str, name: str, path: Path) -> LocalModel | Skipped:
-    """A file's header facts, or why it is left out."""
-    from specgen.models.gguf import read_header
-    from specgen.models.vocab import fingerprint
-
+def _examine(store: str, name: str, path: Path, facts: "_FactsCache") -> LocalModel | Skipped:
+    """A file's header facts (from the cache while the file is unchanged), or why it is left out."""
     split = SPLIT_RE.search(path.name) or SPLIT_RE.search(name)
     if split:
         return Skipped(path, store, name, f"split model (part {int(split[1])} of {int(split[2])}): "
                                           "specgen opens single-file GGUFs (merge it with llama-gguf-split --merge)")
+    got = facts.get(path)
+    if got is None:
+        got = _header_facts(path)
+        facts.put(path, got)
+    if "reason" in got:
+        return Skipped(path, store, name, got["reason"])
+    return LocalModel(Path(path), store, name, got["size"], got["architecture"], got["n_params"], got["fingerprint"],
+                      got["title"])
+
+
+def _header_facts(path: Path) -> dict:
+    from specgen.models.gguf import read_header_digest
+    from specgen.models.vocab import fingerprint_of
+
     try:
-        header = read_header(path)
+        header, digest = read_header_digest(path)
         arch = header.metadata.get("general.architecture")
         if arch == "clip":
-            return Skipped(path, store, name, "a vision projector (clip), not a language model")
-        fp = fingerprint(path)
+            return {"reason": "a vision projector (clip), not a language model"}
+        fp = fingerprint_of(digest, header.metadata)
     except SpecgenError as e:
-        return Skipped(path, store, name, str(e))
+        return {"reason": str(e)}
     title = header.metadata.get("general.name")
-    return LocalModel(Path(path), store, name, header.file_size, arch if isinstance(arch, str) else None,
-                      header.n_params, fp, title if isinstance(title, str) else "")
+    return {"size": header.file_size, "architecture": arch if isinstance(arch, str) else None,
+            "n_params": header.n_params, "fingerprint": fp, "title": title if isinstance(title, str) else ""}
+
+
+FACTS_VERSION = 1
+
+
+class _FactsCache:
+    """Each file's header facts, in one JSON file under specgen's cache (local-models.json),
+    valid while the file's size, mtime and inode are as recorded: a scan of unchanged
+    stores reads no headers. Unreadable or unwritable: only skipped."""
+
+    def __init__(self, file: Path | None, entries: dict):
+        self.file, self.entries, self.changed = file, entries, False
+
+    @classmethod
+    def load(cls) -> "_FactsCache":
+        from specgen.models.cache import cache_root
+
+        file = cache_root() / "local-models.json"
+        try:
+            data = json.loads(file.read_text())
+            entries = data["entries"] if data.get("version") == FACTS_VERSION else {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            entries = {}
+        return cls(file, entries if isinstance(entries, dict) else {})
+
+    @staticmethod
+    def _ident(path: Path) -> list | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+    def get(self, path: Path) -> dict | None:
+        e = self.entries.get(os.path.realpath(path))
+        ident = self._ident(path)
+        if isinstance(e, dict) and ident is not None and e.get("ident") == ident and isinstance(e.get("facts"), dict):
+            return e["facts"]
+        return None
+
+    def put(self, path: Path, facts: dict) -> None:
+        ident = self._ident(path)
+        if ident is not None:
+            self.entries[os.path.realpath(path)] = {"ident": ident, "facts": facts}
+            self.changed = True
+
+    def save(self) -> None:
+        if not self.changed or self.file is None:
+            return
+        tmp = self.file.with_name(f"{self.file.name}.{os.getpid()}.tmp")
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"version": FACTS_VERSION, "entries": self.entries}))
+            os.replace(tmp, self.file)
+        except OSError:
+            tmp.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- ollama:NAME[:TAG]
