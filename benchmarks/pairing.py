@@ -141,6 +141,7 @@ def pair_part(work: Path, repeats: int, n: int, threads: int) -> dict:
             "auto_line": auto_line, "modes": sorted({r["mode"] for v in runs.values() for r in v}),
             "same_text": len({r["text"] for v in runs.values() for r in v}) == 1, "repeats": repeats, "n": n,
             "threads": threads, "median": med,
+            "tok_s": {k: [round(r["tok_s"], 2) for r in v] for k, v in runs.items()},
             "ratio_tok_s": med["pair auto"]["tok_s"] / med["draft by hand"]["tok_s"],
             "ratio_wall": med["draft by hand"]["wall_s"] / med["pair auto"]["wall_s"]}
 
