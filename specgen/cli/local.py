@@ -36,7 +36,7 @@ def pair(
     threads: ThreadsOpt = None,
     gpu_layers: NglOpt = 0,
     json_out: JsonOpt = False,
-    verbose: VerboseOpt = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also list the local models that are not drafts for it, each with why.")] = False,
 ) -> None:
     """Rank the local models (`specgen models --local`) that can draft for TARGET: same vocabulary or
     usable by translation, at most half the target's file size; with the speedup predicted from this
