@@ -232,3 +232,21 @@ def test_run_pair_auto_drafts_with_it(gemma_folder, f32_path, draft_path):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["mode"] == "draft"
     assert f"--pair auto: drafting with {draft_path.name} (dirs): same vocabulary" in res.stderr.decode()
+
+
+def test_bench_pair_auto_becomes_the_chosen_draft_or_lookup(stores, monkeypatch, tmp_path):
+    from specgen.bench.configs import Config, parse_configs
+    from specgen.bench.models import _resolve_pairs
+
+    said: list[str] = []
+    before = notes.to(said.append)
+    try:
+        [auto] = parse_configs(["pair=auto:k=3"])
+        _, [c] = _resolve_pairs(str(stores["target"]), [auto], load_catalog())
+        assert (c.kind, c.k, Path(c.draft).parent) == ("draft", 3, stores["ollama"] / "blobs")
+        assert said == [said[0]] and said[0].startswith("--pair auto: drafting with tiny:latest")
+        lone = tiny_model(tmp_path / "alone" / "x.gguf", 1_000)
+        _, got = _resolve_pairs(str(lone), [auto, Config("lookup", 3)], load_catalog())
+        assert [g.name for g in got] == ["lookup:k=3"]  # no draft: prompt lookup, listed once
+    finally:
+        notes.to(before)

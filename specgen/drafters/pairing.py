@@ -105,7 +105,7 @@ def predictor(target: Path, threads: int, gpu_layers: int = 0) -> Callable[[Loca
             return None, "unmeasured: the draft has no cost profile on this machine yet (a run with it takes one)"
         alpha = ASSUMED_ACCEPTANCE[vocab]
         got = predicted_speedup(tprof, dprof, alpha)
-        return got, f"measured costs, {threads} threads, assumed acceptance {alpha:.2f}"
+        return got, f"measured costs, {threads} thread{'s' * (threads != 1)}, assumed acceptance {alpha:.2f}"
 
     return predict
 
