@@ -321,7 +321,7 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
 
 def auto_draft(opts: ModelOptions, catalog: Catalog) -> str | None:
     """--pair auto: the best local draft for the target (specgen.drafters.pairing), said in one
-    note; None (prompt lookup) where none can draft, or opts draft otherwise."""
+    note; None where none can draft (prompt lookup then) or another drafter was asked."""
     if opts.lookup or opts.no_spec or opts.drafter == "suffix":
         return None
     from specgen.drafters.pairing import choose
