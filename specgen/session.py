@@ -25,7 +25,7 @@ from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
-from specgen.models.catalog import Catalog, load_catalog
+from specgen.models.catalog import AUTO_PAIR, Catalog, load_catalog
 from specgen.notes import note
 from specgen.policy.estimates import CostLog
 from specgen.rules.sampling import SamplingParams
@@ -297,7 +297,9 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
     opts.validate()
     catalog = catalog or load_catalog()
     model_ref, draft_ref, draft_max = opts.model, opts.draft, opts.draft_max
-    if opts.pair:
+    if opts.pair == AUTO_PAIR:
+        draft_ref = draft_ref or auto_draft(opts, catalog)
+    elif opts.pair:
         pair = registry.resolve_pair(opts.pair, catalog)
         model_ref = model_ref or pair.target
         if not (opts.lookup or opts.no_spec or opts.drafter == "suffix" or opts.heads):
@@ -363,6 +365,18 @@ def open_heads(ref: str, target_path: Path, model_ref: str | None = None):
     else:
         path = Path(ref).expanduser()
     return load_heads(path, identity)
+
+
+def auto_draft(opts: ModelOptions, catalog: Catalog) -> str | None:
+    """--pair auto: the best local draft for the target (specgen.drafters.pairing), said in one
+    note; None where none can draft (prompt lookup then) or another drafter was asked."""
+    if opts.lookup or opts.no_spec or opts.drafter == "suffix" or opts.heads:
+        return None
+    from specgen.drafters.pairing import choose
+
+    path, line = choose(_resolve(opts.model, catalog), threads=opts.threads, gpu_layers=opts.gpu_layers)
+    note(line)
+    return str(path) if path is not None else None
 
 
 LARGE_FILE = 1 << 30  # a model file this big may take seconds to read from disk

@@ -1,12 +1,26 @@
 """Shared fixtures: the real models (Gemma 3 270M base, by name; SmolLM2 135M Instruct, the embedded
 default) and a requantized draft."""
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_models_file(tmp_path_factory):
+    """The catalog reads the user's models file ($XDG_CONFIG_HOME/specgen/models.toml) by default:
+    the tests (and the specgen processes they start) see an empty config folder instead."""
+    before = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = before
 
 
 @pytest.fixture(scope="session")

@@ -176,6 +176,11 @@ def smoke_heads(tmp_path):
                 "--tokens", "6", "--repeats", "1", "--temps", "0", "--policy", "fixed", "-k", "2", "--threads", "1"],
                tmp_path, timeout=600))
     assert "open-ended" in p.stdout and "% of a pass" in p.stdout and "head-1 acceptance" in p.stdout
+def smoke_pairing(tmp_path):
+    p = ok(run(["pairing.py", "--scan-only", "--files", "4"], tmp_path))
+    scan = json.loads(p.stdout.splitlines()[-1])["scan"]
+    assert scan["listed"] == scan["files"] == 4 and scan["warm_scan_s"] > 0
+    assert p.stdout.startswith("scan: 4/4 GGUF files")
 
 
 def smoke_policy(tmp_path):
@@ -235,6 +240,7 @@ SMOKE = {
     "http_client.py": smoke_http_client,
     "heads.py": smoke_heads,
     "http_llama.py": smoke_http_llama,
+    "pairing.py": smoke_pairing,
     "policy.py": smoke_policy,
     "replay.py": smoke_replay,
     "serve_http.py": smoke_serve_http,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
-from specgen.models.catalog import load_catalog
+from specgen.models.catalog import AUTO_PAIR, load_catalog
 from specgen.bench.configs import PLAIN, Config
 from specgen.drafters.build import build_drafter
 from specgen.engine.llama import Engine
@@ -47,11 +47,26 @@ class Setup:
             self.session = None
 
 
+def _auto(model: str | None, c: Config, catalog) -> Config:
+    """pair=auto: a draft config with the chosen local draft (said in one note), else prompt lookup."""
+    from specgen.drafters.pairing import choose
+    from specgen.notes import note
+
+    path, line = choose(registry.resolve_model(model, catalog))
+    note(line)
+    if path is None:
+        return Config("lookup", c.k or DEFAULT_DRAFT_MAX["lookup"], policy=c.policy)
+    return replace(c, kind="draft", pair=None, draft=str(path), k=c.k or DEFAULT_DRAFT_MAX["draft"])
+
+
 def _resolve_pairs(model: str | None, configs: list[Config], catalog) -> tuple[str | None, list[Config]]:
     out, targets = [], {}
     for c in configs:
         if c.kind != "pair":
             out.append(c)
+            continue
+        if c.pair == AUTO_PAIR:  # the best local draft for the bench's target, as `run --pair auto`
+            out.append(_auto(model, c, catalog))
             continue
         p = registry.resolve_pair(c.pair, catalog)
         targets[c.pair] = p.target
@@ -66,7 +81,8 @@ def _resolve_pairs(model: str | None, configs: list[Config], catalog) -> tuple[s
         for name, t in targets.items():
             if registry.resolve_model(t, catalog) != tpath:
                 raise SpecgenError(f"pair '{name}' has target '{t}', but this bench measures {tpath.name}")
-    return model, out
+    seen: set[str] = set()  # pair=auto may come to a configuration already listed
+    return model, [c for c in out if not (c.name in seen or seen.add(c.name))]
 
 
 def open_bench(

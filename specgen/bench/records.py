@@ -384,3 +384,20 @@ def speculation_check(records: Sequence[dict], endpoints) -> list[dict]:
                     "engaged": (drafted > 0) if (reported or counters) else None})
     return out
 
+
+def speculation_lines(checks: list[dict]) -> list[str]:
+    """One line per endpoint named as speculative whose requests never drafted (a warning), or
+    that reported nothing to tell (a note); nothing for the others."""
+    out = []
+    for c in checks:
+        if not c["speculative"] or not c["requests"]:
+            continue
+        if c["engaged"] is False:
+            n = c["reported"]
+            out.append(f"warning: endpoint {c['endpoint']}: speculation did not engage: none of its {n} "
+                       f"request{'s' * (n != 1)} drafted a token (from {', '.join(c['sources'])})")
+        elif c["engaged"] is None:
+            out.append(f"note: endpoint {c['endpoint']} is compared as speculative but reports no speculative "
+                       "statistics (no specgen block, vLLM per-request metrics, llama-server timings or /metrics "
+                       "counters): whether speculation engaged is unknown")
+    return out

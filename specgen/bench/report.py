@@ -153,7 +153,27 @@ def build_report(meta: dict, records: Sequence[dict]) -> str:
         if meta.get("mode") == "http":
             tables.insert(len(specs), _latency_table(latency_summary(records, names), names))
         kind = f"{len(records)} requests"
-    return _page(meta, kind, charts, tables)
+    return _page(meta, kind, charts, _speculation_warnings(meta, records) + tables)
+
+
+def _speculation_warnings(meta: dict, records: Sequence[dict]) -> list[str]:
+    """The console's "speculation did not engage" lines (records.speculation_lines), for an HTTP
+    bench's endpoints named as speculative, as the page's first section; none otherwise."""
+    if meta.get("mode") != "http":
+        return []
+    from specgen.bench.http import Endpoint
+    from specgen.bench.records import speculation_check, speculation_lines
+
+    eps = []
+    for e in meta.get("endpoints") or ():
+        if isinstance(e, dict) and isinstance(e.get("name"), str):
+            body = e.get("body") if isinstance(e.get("body"), dict) else {}
+            eps.append(Endpoint(e["name"], str(e.get("url", "")), body=body, kind="plain" if e.get("baseline") else "http"))
+    lines = speculation_lines(speculation_check(records, eps))
+    if not lines:
+        return []
+    items = "".join(f'<li class="{"warning" if ln.startswith("warning") else "note"}">{_e(ln)}</li>' for ln in lines)
+    return [f'<section id="speculation" class="warnings"><h2>speculation</h2><ul>{items}</ul></section>']
 
 
 def write_report(out: Path, meta: dict, records: Sequence[dict]) -> None:
@@ -438,6 +458,7 @@ th:first-child, td:first-child, .requests td:nth-child(2), .sweep td:nth-child(2
 tr.total td { font-weight: 600; border-top: 1px solid #999; }
 summary { cursor: pointer; font-weight: 600; }
 .note, footer { color: #666; font-size: 12px; }
+.warnings li.warning { color: #a40000; font-weight: 600; }
 footer { padding: 0 24px 24px; }
 """
 

@@ -16,7 +16,7 @@ import typer
 from typing_extensions import Annotated
 
 from specgen import __version__, notes
-from specgen.cli import bench, chat, heads, run, serve, tune
+from specgen.cli import bench, chat, heads, local, run, serve, tune
 from specgen.cli.render import hang_up, note
 from specgen.errors import SpecgenError
 
@@ -31,6 +31,7 @@ app.command("run")(run.run)
 app.command("check")(run.check)
 app.command("models")(run.models)
 app.command("pull")(run.pull)
+app.command("pair")(local.pair)
 app.command("bench")(bench.bench)
 app.command("report")(bench.report)
 app.command("serve")(serve.serve)

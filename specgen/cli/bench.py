@@ -28,7 +28,7 @@ ReportOpt = Annotated[Optional[Path], typer.Option("--report", metavar="FILE.htm
 
 CONFIG_HELP = (
     "A speculative configuration to compare with plain decoding (repeatable): "
-    "lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P], pair=NAME[:k=N,policy=P] or heads[=FILE|auto][:k=N,policy=P], P = fixed (default), cost or heuristic; with an adaptive policy k is the ceiling. Default: lookup:k=8."
+    "lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P], pair=NAME[:k=N,policy=P] (pair=auto: the best local draft, `specgen pair`), heads[=FILE|auto][:k=N,policy=P], P = fixed (default), cost or heuristic; with an adaptive policy k is the ceiling. Default: lookup:k=8."
 )
 # The shared options, told as a bench sees them: per request, and the same for every configuration.
 BENCH_TOLD = dict(

@@ -36,7 +36,7 @@ HeadsOpt = Annotated[Optional[str], typer.Option(
          "`specgen heads train` made for this target). Lossless as a draft model (rejection sampling with the heads' "
          "distribution); prompt lookup offers its free drafts alongside under the cost policy (--no-lookup: heads alone).")]
 NoSpecOpt = Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no speculation.")]
-PairOpt = Annotated[Optional[str], typer.Option("--pair", help="A target/draft pair from models.toml.")]
+PairOpt = Annotated[Optional[str], typer.Option("--pair", help="A target/draft pair from models.toml, or auto: the best local draft for -m (`specgen pair` ranks them), said on stderr; none: prompt lookup.")]
 DraftMaxOpt = Annotated[Optional[int], typer.Option("-k", "--draft-max", help="Draft length: with it alone, a fixed k; with --adaptive, the ceiling (defaults: fixed 8 lookup / 4 draft model; adaptive 16 / 8).")]
 NgramMaxOpt = Annotated[int, typer.Option("--ngram-max", help="Longest n-gram prompt lookup matches.")]
 NgramMinOpt = Annotated[Optional[int], typer.Option("--ngram-min", help="Shortest n-gram prompt lookup matches (default 1; 2 beside a draft model).", show_default=False)]

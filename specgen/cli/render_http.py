@@ -12,6 +12,7 @@ from __future__ import annotations
 from specgen.cli import render_bench
 from specgen.cli.render import pct
 from specgen.cli.render_bench import level_label, num_text, ratio_text
+from specgen.bench.records import speculation_lines  # noqa: F401  (the bench's warnings, as before)
 
 
 def _ms(v) -> str:
@@ -104,22 +105,3 @@ def print_http_sweep(con, summaries: list[dict], endpoints) -> None:
 def client_line(t: dict) -> str:
     return (f"client: {t['cpu_per_request_ms']:.2f} ms CPU a request ({100 * t['cpu_share_of_request_time']:.2f}% of "
             f"the requests' time), {t['requests']} requests in {t['wall_s']:.1f} s")
-
-
-def speculation_lines(checks: list[dict]) -> list[str]:
-    """One line per endpoint named as speculative whose requests never drafted (a warning), or
-    that reported nothing to tell (a note); nothing for the others."""
-    out = []
-    for c in checks:
-        if not c["speculative"] or not c["requests"]:
-            continue
-        if c["engaged"] is False:
-            n = c["reported"]
-            out.append(f"warning: endpoint {c['endpoint']}: speculation did not engage: none of its {n} "
-                       f"request{'s' * (n != 1)} drafted a token (from {', '.join(c['sources'])})")
-        elif c["engaged"] is None:
-            out.append(f"note: endpoint {c['endpoint']} is compared as speculative but reports no speculative "
-                       "statistics (no specgen block, vLLM per-request metrics, llama-server timings or /metrics "
-                       "counters): whether speculation engaged is unknown")
-    return out
-

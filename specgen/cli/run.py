@@ -122,8 +122,16 @@ def check(
         raise typer.Exit(1)
 
 
-def models(json_out: JsonOpt = False) -> None:
-    """List models.toml entries and whether each is present locally."""
+def models(
+    local: Annotated[bool, typer.Option("--local", help="List the GGUF files already on this machine instead: the Hugging Face cache, Ollama's store, LM Studio's folder and $SPECGEN_MODEL_DIRS (header reads only).")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="With --local: also the files left out (split, not GGUF, broken), each with its reason.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List models.toml entries and whether each is present locally (--local: the GGUF files on this machine)."""
+    if local:
+        from specgen.cli.local import list_local
+
+        return list_local(json_out, verbose)
     from specgen.models import registry
     from specgen.models.catalog import DEFAULT_MODEL, load_catalog
 

@@ -334,6 +334,20 @@ def profile_file(engine, cache: Path | None = None) -> Path:
     return cache / f"{_key(engine.path, engine.n_threads, getattr(engine, 'n_gpu_layers', 0))}.json"
 
 
+def stored_profile(path: Path, threads: int, gpu_layers: int = 0, cache: Path | None = None) -> dict | None:
+    """The cached profile of the model file at `path` (as an engine of `threads` threads and
+    `gpu_layers` offloaded layers would find it), without opening the model; None when
+    none is cached (or it cannot be read)."""
+    from specgen.models.cache import cache_root
+
+    try:
+        f = (cache or cache_root() / "costs") / f"{_key(path, threads, gpu_layers)}.json"
+    except OSError:
+        return None
+    prof = _read(f)
+    return prof if _current(prof) else None
+
+
 @contextmanager
 def _locked(f: Path) -> Iterator[None]:
     f.parent.mkdir(parents=True, exist_ok=True)

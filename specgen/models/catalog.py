@@ -1,5 +1,6 @@
-"""The model catalog: models.toml (packaged, overlaid by $SPECGEN_MODELS) parsed
-and checked into named models and target/draft pairs.
+"""The model catalog: models.toml (packaged, overlaid by the user's models file:
+$SPECGEN_MODELS, else $XDG_CONFIG_HOME/specgen/models.toml where it exists)
+parsed and checked into named models and target/draft pairs.
 
 Nothing here touches a model file or the network; turning a name into a file
 is specgen.models.registry's job.
@@ -93,8 +94,8 @@ def _read_toml(path: Path) -> dict:
 def _check_name(name: str, where: str) -> None:
     # A name that looks like a path or an hf: reference could never be reached
     # through resolve_model, which tries those first.
-    if not name or "/" in name or "\\" in name or name.endswith(".gguf") or name.startswith("hf:"):
-        raise SpecgenError(f"{where}: a name cannot be empty, contain '/' or '\\', end in .gguf or start with hf:")
+    if not name or "/" in name or "\\" in name or name.endswith(".gguf") or name.startswith(("hf:", "ollama:")):
+        raise SpecgenError(f"{where}: a name cannot be empty, contain '/' or '\\', end in .gguf or start with hf: or ollama:")
 
 
 def _table(value, where: str, allowed: tuple[str, ...]) -> dict:
@@ -145,9 +146,14 @@ def _model_entry(name: str, value, src: Path) -> ModelEntry:
     )
 
 
+AUTO_PAIR = "auto"  # --pair auto: the best local draft (specgen.models.pairing), never a pair's name
+
+
 def _pair_entry(name: str, value, src: Path) -> PairEntry:
     where = f"{src}: [pairs.{name}]"
     _check_name(name, where)
+    if name == AUTO_PAIR:
+        raise SpecgenError(f"{where}: '{AUTO_PAIR}' is reserved (--pair auto chooses a local draft)")
     t = _table(value, where, _PAIR_KEYS)
     for k in ("target", "draft"):
         if not isinstance(t.get(k), str) or not t[k].strip():
@@ -161,9 +167,10 @@ def _pair_entry(name: str, value, src: Path) -> PairEntry:
     return PairEntry(name, t["target"], t["draft"], dm, desc)
 
 
-def load_catalog(path: Path | None = None) -> Catalog:
-    """The catalog from `path` alone, else the packaged models.toml overlaid by $SPECGEN_MODELS."""
-    files = _catalog_files(path)
+def load_catalog(path: Path | None = None, *, user: Path | None = None) -> Catalog:
+    """The catalog from `path` alone, else the packaged models.toml overlaid by the user's
+    models file (`user`: this one instead)."""
+    files = _catalog_files(path) if user is None else [*_builtin_files(), Path(user)]
     models: dict[str, ModelEntry] = {}
     pairs: dict[str, PairEntry] = {}
     pair_src: dict[str, Path] = {}
@@ -179,13 +186,27 @@ def load_catalog(path: Path | None = None) -> Catalog:
     return Catalog(models, pairs, files)
 
 
+def user_models_file() -> Path:
+    """The user's models file: $SPECGEN_MODELS, else $XDG_CONFIG_HOME/specgen/models.toml
+    (~/.config/specgen/models.toml); where `specgen pair --save` writes."""
+    user = os.environ.get("SPECGEN_MODELS")
+    if user:
+        return Path(user).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".config") / "specgen" / "models.toml"
+
+
+def _builtin_files() -> list[Path]:
+    return [f for f in [_builtin_catalog()] if f.exists()]
+
+
 def _catalog_files(path: Path | None) -> list[Path]:
     if path is not None:
         return [Path(path).expanduser()]
-    files = [f for f in [_builtin_catalog()] if f.exists()]
-    user = os.environ.get("SPECGEN_MODELS")
-    if user:
-        files.append(Path(user).expanduser())
+    files = _builtin_files()
+    user = user_models_file()
+    if os.environ.get("SPECGEN_MODELS") or user.is_file():  # named: must exist; the default: where it does
+        files.append(user)
     return files
 
 

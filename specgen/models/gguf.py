@@ -43,6 +43,7 @@ class Header:
     data_end: int  # byte offset just past the last tensor's data (or the header)
     file_size: int
     spans: dict = field(default_factory=dict)  # key -> (value type, first byte, byte past the end) of its value
+    n_params: int = 0  # elements over all tensors (the parameter count)
 
 
 def check_gguf(path: Path) -> None:
@@ -73,13 +74,31 @@ def tokenizer_digest(path: Path, prefix: str = TOKENIZER_PREFIX) -> tuple[str, d
     with _mapped(path) as (buf, size):
         cur, _, _, n_kv = _start(buf, size)
         metadata, spans = _read_metadata(cur, n_kv)
-        h = hashlib.blake2b(digest_size=20)
-        for key in sorted(k for k in spans if k.startswith(prefix)):
-            vtype, start, end = spans[key]
-            name = key.encode()
-            h.update(struct.pack("<Q", len(name)) + name + struct.pack("<IQ", vtype, end - start))
-            h.update(buf[start:end])
-    return h.hexdigest(), metadata
+        digest = _digest(buf, spans, prefix)
+    return digest, metadata
+
+
+def read_header_digest(path: Path, prefix: str = TOKENIZER_PREFIX) -> tuple[Header, str]:
+    """read_header and tokenizer_digest in one pass over the header (a local scan's cold path)."""
+    with _mapped(path) as (buf, size):
+        header = _parse_header(buf, size)
+        digest = _digest(buf, header.spans, prefix)
+    if header.data_end > size:
+        raise SpecgenError(
+            f"{path} is a truncated or corrupt GGUF file "
+            f"(tensor data ends at byte {header.data_end}, the file has {size})"
+        )
+    return header, digest
+
+
+def _digest(buf, spans: dict, prefix: str) -> str:
+    h = hashlib.blake2b(digest_size=20)
+    for key in sorted(k for k in spans if k.startswith(prefix)):
+        vtype, start, end = spans[key]
+        name = key.encode()
+        h.update(struct.pack("<Q", len(name)) + name + struct.pack("<IQ", vtype, end - start))
+        h.update(buf[start:end])
+    return h.hexdigest()
 
 
 @contextmanager
@@ -133,6 +152,7 @@ class _Cursor:
 
     def __init__(self, buf, size: int):
         self.buf, self.size, self.pos = buf, size, 0
+        self.n_elems = 0  # summed over the tensor entries read
 
     def take(self, fmt: str):
         n = struct.calcsize(fmt)
@@ -203,6 +223,7 @@ class _Cursor:
         for _ in range(n_dims):
             n_elems *= self.take("<Q")
         ttype, offset = self.take("<I"), self.take("<Q")
+        self.n_elems += n_elems
         # A tensor type newer than the installed gguf package: only its offset is checked.
         block, type_size = sizes.get(ttype, (1, 0))
         return offset + n_elems // block * type_size
@@ -245,7 +266,7 @@ def _parse_header(buf, size: int) -> Header:
         raise _Corrupt(f"bad general.alignment {align!r}")
     data_start = -(-cur.pos // align) * align
     data_end = data_start + end if n_tensors else cur.pos
-    return Header(version, metadata, n_tensors, data_end, size, spans)
+    return Header(version, metadata, n_tensors, data_end, size, spans, cur.n_elems)
 
 
 @dataclass

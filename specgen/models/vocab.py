@@ -187,7 +187,11 @@ def compute_fingerprint(path: str | Path) -> str | None:
     """The fingerprint itself, from the header (about 35 ms for a 262k-token vocabulary)."""
     from specgen.models.gguf import tokenizer_digest
 
-    digest, meta = tokenizer_digest(Path(path))
+    return fingerprint_of(*tokenizer_digest(Path(path)))
+
+
+def fingerprint_of(digest: str, meta: dict) -> str | None:
+    """The fingerprint from a header's tokenizer digest and its scalar metadata."""
     model = meta.get("tokenizer.ggml.model")
     if not isinstance(model, str) or model in NO_VOCAB or not isinstance(meta.get("tokenizer.ggml.tokens"), int):
         return None
