@@ -202,10 +202,10 @@ def test_the_report_warns_when_a_speculative_endpoint_never_drafted():
 
 @pytest.fixture
 def gemma_folder(f32_path, draft_path, monkeypatch, tmp_path):
-    """The F32 target and its Q4_0 draft in a folder of SPECGEN_MODEL_DIRS, no other store."""
-    from specgen.models.cache import cache_root
-
-    monkeypatch.setenv("SPECGEN_CACHE", str(cache_root()))  # the cost profiles and fixtures stay where they are
+    """The F32 target and its Q4_0 draft in a folder of SPECGEN_MODEL_DIRS, no other store, and a cache of
+    its own: no cost profile is measured yet (the machine's own, taken under whatever load, would decide
+    the choice; the ranking by measured costs is tested on stored profiles above)."""
+    monkeypatch.setenv("SPECGEN_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "gguf"
     folder.mkdir()
     os.symlink(f32_path, folder / f32_path.name)
