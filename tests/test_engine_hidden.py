@@ -16,11 +16,9 @@ def hidden_engine(gemma_path):
 
 def _output_rows(path, ids):
     """Rows `ids` of the model's output matrix (Gemma ties it to token_embd), dequantized."""
-    from gguf import GGUFReader
-    from gguf.quants import dequantize
+    from specgen.heads.collect import output_rows
 
-    t = next(t for t in GGUFReader(path).tensors if t.name == "token_embd.weight")
-    return dequantize(np.asarray(t.data)[ids], t.tensor_type)
+    return output_rows(path, np.asarray(ids))
 
 
 def test_hidden_rows_times_the_output_matrix_are_the_logits(hidden_engine, gemma_path):

@@ -214,14 +214,11 @@ def test_chi_square_catches_heads_reporting_the_wrong_q():
 
 # -- the real model ------------------------------------------------------------------------
 def output_rows(path, ids) -> np.ndarray:
-    """The target's output matrix rows `ids` (Gemma ties it to the token embedding), dequantized."""
-    import gguf
-    from gguf.quants import dequantize
+    """The target's output matrix rows `ids` (Gemma ties it to the token embedding), dequantized
+    (through the header walk of specgen.heads.collect: gguf.GGUFReader spends seconds on the vocabulary)."""
+    from specgen.heads.collect import output_rows as rows
 
-    reader = gguf.GGUFReader(path)
-    tensors = {t.name: t for t in reader.tensors}
-    t = tensors.get("output.weight") or tensors["token_embd.weight"]
-    return dequantize(t.data[np.asarray(ids)], t.tensor_type).astype(np.float32)
+    return rows(path, np.asarray(ids))
 
 
 def identity_heads(path, kind: str, n_heads: int = 3, target: str | None = None, n_ids: int = 4096, extra=()):

@@ -9,8 +9,14 @@ options (what they read) and render (what they show), never this one.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import List
+
+# llama.cpp owns the cores: numpy's BLAS threads beside it only slow the small
+# matmuls of the heads and the sampling rules (docs/notes/2026-12-02-heads-training.md).
+# Set before anything imports numpy.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer
 from typing_extensions import Annotated
