@@ -145,7 +145,12 @@ def test_choose_vocab_keeps_the_frequent_labels_and_reports_their_mass():
 def test_training_on_a_fake_target_learns_its_chain(target, tmp_path, kind):
     out = tmp_path / "h.npz"
     seen = []
-    s = train_heads(HiddenFake(), target, opts(kind=kind), out=out, on_progress=seen.append)
+    # a step count, not the clock, ends training, and the clock ticks a second a call (a progress
+    # report every step): a loaded machine must not decide the test
+    ticks = iter(range(10**9))
+    s = train_heads(HiddenFake(), target, opts(kind=kind, minutes=10**6, max_steps=600), out=out,
+                    on_progress=seen.append, clock=lambda: float(next(ticks)))
+    assert s.steps == 600
     assert {p.phase for p in seen} == {"data", "train"}
     losses = [p.loss for p in seen if p.phase == "train"]
     assert losses[-1] < losses[0] * 0.5  # the loss falls
