@@ -87,14 +87,10 @@ def scan_part(files: int, work: Path) -> dict:
 
 
 def gemma_pair() -> tuple[Path, Path]:
-    from policy import requantized  # benchmarks/policy.py: the same files the test suite writes
+    """The F32 target and its Q4_0 draft: the same files the test suite writes."""
+    from specgen.engine.quantize import paying_pair
 
-    from specgen.models.cache import cache_dir
-    from specgen.models.registry import resolve_model
-
-    source = resolve_model("gemma3-270m")
-    d = cache_dir() / "test-drafts"
-    return requantized(source, d / "gemma-3-270m-f32.gguf", "f32"), requantized(source, d / "gemma-3-270m-q4_0.gguf", "q4_0")
+    return paying_pair()
 
 
 def run_once(args: list[str], env: dict) -> dict:
