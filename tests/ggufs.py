@@ -64,15 +64,17 @@ def write_spm_gguf(
     add_bos: bool = True,
     add_eos: bool = False,
     arch: str = "llama",
+    name: str = "specgen tiny vocab",
+    tensors: dict | None = None,
 ) -> Path:
-    """A vocab-only llama GGUF with a SentencePiece ("llama") tokenizer."""
+    """A llama GGUF with a SentencePiece ("llama") tokenizer: vocab-only, or with `tensors` (name -> array)."""
     if tokens is None:
         tokens, scores, types = spm_vocab()
     scores = scores if scores is not None else [0.0] * len(tokens)
     types = types if types is not None else [NORMAL] * len(tokens)
     path = Path(path)
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_name("specgen tiny vocab")
+    w.add_name(name)
     w.add_context_length(256)
     w.add_embedding_length(64)
     w.add_block_count(1)
@@ -93,6 +95,8 @@ def write_spm_gguf(
     w.add_unk_token_id(0)
     w.add_add_bos_token(add_bos)
     w.add_add_eos_token(add_eos)
+    for tname, data in (tensors or {}).items():
+        w.add_tensor(tname, data)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -12,45 +12,18 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from ggufs import spm_vocab
+from ggufs import spm_vocab, write_spm_gguf
 
 OTHER_WORDS = "▁zebra ▁yak ▁xylophone ▁walrus ▁vole ▁umbrella q w e r t y u i o p"
 
 
 def tiny_model(path: Path, n_params: int, words: str | None = None, arch: str = "llama", name: str = "tiny") -> Path:
     """A GGUF with a tiny SentencePiece vocabulary and one F32 tensor of n_params elements."""
-    import gguf
-
     tokens, scores, types = spm_vocab(words) if words else spm_vocab()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(name)
-    w.add_context_length(256)
-    w.add_embedding_length(64)
-    w.add_block_count(1)
-    w.add_feed_forward_length(128)
-    w.add_head_count(2)
-    w.add_head_count_kv(2)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(32)
-    w.add_vocab_size(len(tokens))
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.add_tensor("weights", np.arange(n_params, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_spm_gguf(path, tokens, scores, types, arch=arch, name=name,
+                          tensors={"weights": np.arange(n_params, dtype=np.float32)})
 
 
 def hf_file(cache: Path, repo: str, file: str, data: bytes, commit: str = "a" * 40) -> Path:
