@@ -13,7 +13,8 @@ which the heads never trained on (their training seeds are their own). Each
 target and temperature (greedy and 0.8) is one `specgen bench` run: every
 configuration interleaved with plain, --repeats runs each, median latency per
 request, speedup = plain ÷ configuration; this script prints the geometric mean
-per category and overall, the heads' time per round against a target pass (from
+per category and overall, the heads' own share (heads with lookup over lookup alone,
+per request), the heads' time per round against a target pass (from
 the heads-alone configuration heads:k=K, fixed k, no lookup), and head-1
 acceptance per category (the same configuration: acceptance at draft position 1).
 
@@ -57,8 +58,9 @@ def median(xs) -> float:
     return xs[len(xs) // 2] if xs else float("nan")
 
 
-def requests_file(n: int, out: Path) -> Path:
-    """The first n bundled requests of each category, and n open-ended prompts (category open-ended)."""
+def requests_file(n: int, out: Path, categories: set[str] | None = None) -> Path:
+    """The first n bundled requests of each category, and n open-ended prompts (category open-ended);
+    only `categories` when given."""
     from specgen.bench.requests import bundled_requests_text
 
     seen: dict[str, int] = {}
@@ -68,10 +70,10 @@ def requests_file(n: int, out: Path) -> Path:
             continue
         r = json.loads(line)
         cat = r.get("category", "other")
-        if seen.get(cat, 0) < n:
+        if seen.get(cat, 0) < n and (categories is None or cat in categories):
             seen[cat] = seen.get(cat, 0) + 1
             lines.append(json.dumps(r))
-    for i, prompt in enumerate(OPEN_ENDED[:n]):
+    for i, prompt in enumerate(OPEN_ENDED[:n] if categories is None or "open-ended" in categories else []):
         lines.append(json.dumps({"id": f"open-{i}", "category": "open-ended", "prompt": prompt}))
     out.write_text("\n".join(lines) + "\n")
     return out
@@ -133,6 +135,13 @@ def figures(records: list[dict], configs: list[str], alone: str) -> dict:
                   for run in rs if run["per_position"])
         head1[cat] = acc / drafting if drafting else float("nan")
     out["head1_acceptance"] = head1
+    with_heads = next((c for c in configs if c.startswith("heads") and c != alone), None)
+    lookup = next((c for c in configs if c.startswith("lookup")), None)
+    if with_heads and lookup:  # the heads' own share: per request, heads (lookup alongside) over lookup alone
+        ratio = {r["id"]: r["speedup"][with_heads] / r["speedup"][lookup] for r in records}
+        out["heads_over_lookup"] = {cat: geomean(ratio[r["id"]] for r in records if cat == "all" or r["category"] == cat
+                                                 or (cat == "bundled" and r["category"] != "open-ended"))
+                                    for cat in [*cats, "bundled", "all"]}
     return out
 
 
@@ -143,6 +152,8 @@ def print_table(title: str, fig: dict, configs: list[str]) -> None:
     for c in configs:
         label = "".join(Path(part).name if "/" in part else part for part in re.split(r"(?<==)([^:]*)", c))
         print(f"{label[:44]:<44}" + "".join(f"{fig['speedup'][c][cat]:>12.2f}x" for cat in cats))
+    if fig.get("heads_over_lookup"):
+        print(f"{'heads with lookup / lookup alone':<44}" + "".join(f"{fig['heads_over_lookup'][cat]:>12.2f}x" for cat in cats))
     print(f"{'head-1 acceptance (heads alone)':<44}" + "".join(f"{fig['head1_acceptance'][cat]:>13.2f}" for cat in cats))
     print(f"heads per round {fig['heads_round_ms']:.2f} ms · target pass {fig['target_pass_ms']:.2f} ms · "
           f"{100 * fig['heads_share_of_pass']:.1f} % of a pass")
@@ -155,6 +166,7 @@ def main() -> None:
     ap.add_argument("--train-minutes", type=float, default=0.0, help="train missing heads for N minutes each (0: skip)")
     ap.add_argument("--targets", default="f32,q4km", help="comma-separated: f32 (with the Q4_0 draft beside), q4km")
     ap.add_argument("--requests", type=int, default=2, help="requests per category (and open-ended prompts)")
+    ap.add_argument("--categories", help="comma-separated categories to run (default: all, open-ended included)")
     ap.add_argument("--tokens", type=int, default=96, help="tokens per request")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each request in each configuration")
     ap.add_argument("--temps", type=float, nargs="+", default=[0.0, 0.8], help="temperatures (0 = greedy)")
@@ -168,7 +180,10 @@ def main() -> None:
 
     report = {}
     with tempfile.TemporaryDirectory() as tmp:
-        reqs = requests_file(args.requests, Path(tmp) / "requests.jsonl")
+        cats = {c.strip() for c in args.categories.split(",") if c.strip()} if args.categories else None
+        reqs = requests_file(args.requests, Path(tmp) / "requests.jsonl", cats)
+        if not reqs.read_text().strip():
+            sys.exit(f"heads.py: no request in categories {args.categories}")
         for name in [t.strip() for t in args.targets.split(",") if t.strip()]:
             if name not in ("f32", "q4km"):
                 sys.exit(f"heads.py: unknown target '{name}' (choose f32, q4km)")
@@ -182,7 +197,8 @@ def main() -> None:
                 continue
             alone = f"heads={heads}:k={args.k}"
             pol = f"policy={args.policy}" if args.policy != "fixed" else f"k={args.k},lookup=on"
-            configs = [f"heads={heads}:{pol}", alone] + ([f"draft={draft}:{pol}"] if draft else [])
+            lookup = "lookup:policy=cost" if args.policy != "fixed" else f"lookup:k={args.k}"
+            configs = [f"heads={heads}:{pol}", alone, lookup] + ([f"draft={draft}:{pol}"] if draft else [])
             for temp in args.temps:
                 records = bench(target, configs, reqs, args, temp, Path(tmp) / f"{name}-{temp}.jsonl")
                 names = list(records[0]["speedup"]) if records else []

@@ -173,9 +173,10 @@ def smoke_heads(tmp_path):
     heads = init_heads("hydra", 2, ids, out, 262144, target_identity(target), 16, 1.0)
     save_heads(heads, tmp_path / "h.npz")
     p = ok(run(["heads.py", "--targets", "q4km", "--heads-q4km", str(tmp_path / "h.npz"), "--requests", "1",
-                "--tokens", "6", "--repeats", "1", "--temps", "0", "--policy", "fixed", "-k", "2", "--threads", "1"],
+                "--categories", "open-ended,code-edit", "--tokens", "6", "--repeats", "1", "--temps", "0", "--policy", "fixed", "-k", "2", "--threads", "1"],
                tmp_path, timeout=600))
-    assert "open-ended" in p.stdout and "% of a pass" in p.stdout and "head-1 acceptance" in p.stdout
+    assert "open-ended" in p.stdout and "code-edit" in p.stdout and "reformat" not in p.stdout
+    assert "% of a pass" in p.stdout and "head-1 acceptance" in p.stdout and "lookup alone" in p.stdout
 def smoke_pairing(tmp_path):
     p = ok(run(["pairing.py", "--scan-only", "--files", "4"], tmp_path))
     scan = json.loads(p.stdout.splitlines()[-1])["scan"]

@@ -47,16 +47,11 @@ def declared_flags() -> list:
     return out
 
 
-# flags a command declares with another meaning than the shared option's (a command that does not take it)
-OTHER_MEANING = {"--heads": "specgen heads train --heads N: how many heads to train"}
-
-
 def test_each_shared_option_is_declared_once():
     declared = declared_flags()
     for name, (option, _) in SHARED.items():
         for flag in declaration(option):
-            times = 1 + (flag in OTHER_MEANING)
-            assert declared.count(flag) == times, f"{flag} ({name}) is declared {declared.count(flag)} times in specgen/cli"
+            assert declared.count(flag) == 1, f"{flag} ({name}) is declared {declared.count(flag)} times in specgen/cli"
 
 
 @pytest.mark.parametrize("command", sorted(TAKES))

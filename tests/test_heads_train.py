@@ -164,6 +164,38 @@ def test_training_on_a_fake_target_learns_its_chain(target, tmp_path, kind):
     assert (draft[:, :2] == want).mean() >= 0.75
 
 
+def test_the_best_checked_weights_are_kept(target, tmp_path):
+    # a learning rate that overshoots: without the checks the last weights would be the ones saved
+    from specgen.heads.fit import _Best
+
+    rng = np.random.default_rng(1)
+    h = init_heads("hydra", 2, np.arange(V), rng.normal(size=(V, D)).astype(np.float32), V, "t", 8, 1.0)
+    tr = Trainer(h, 1.0)
+    toks = rng.integers(0, V, size=(50, 3))
+    rows = Samples(rng.normal(size=(50, D)).astype(np.float32), toks, np.zeros(50, np.int32), ["g"])
+    best = _Best(tr, rows)
+    w2 = tr.params["w2_0"]
+    best.check(1)
+    good, score = tr.snapshot(), best.score
+    w2 += rng.normal(size=w2.shape) * 1e3  # much worse
+    best.check(2)
+    assert best.step == 1 and best.score == score
+    best.keep()
+    assert all(np.array_equal(tr.params[k], good[k]) for k in good)
+    assert _Best(tr, None).score < 0 and _Best(tr, None).keep() is None  # no held-out rows: nothing kept
+
+
+def test_weight_decay_shrinks_the_matrices_only():
+    rng = np.random.default_rng(2)
+    h = init_heads("medusa", 1, np.arange(V), rng.normal(size=(V, D)).astype(np.float32), V, "t", 8, 1.0)
+    hid, toks = rng.normal(size=(16, D)).astype(np.float32), rng.integers(0, V, size=(16, 2))
+    plain, decayed = Trainer(h, 1.0, lr=1e-2), Trainer(h, 1.0, lr=1e-2, weight_decay=10.0)
+    for tr in (plain, decayed):
+        tr.step(hid, toks)
+    assert np.linalg.norm(decayed.params["w1_0"]) < 0.95 * np.linalg.norm(plain.params["w1_0"])
+    assert np.array_equal(decayed.params["b1_0"], plain.params["b1_0"])
+
+
 def test_resume_continues_the_same_heads(target, tmp_path):
     out = tmp_path / "h.npz"
     first = train_heads(HiddenFake(), target, opts(), out=out)
@@ -234,6 +266,15 @@ def test_the_builtin_seeds_are_not_the_benchmark_requests():
     assert not {s[:40] for s in seeds} & {b[:40] for b in bench}
 
 
+def test_the_builtin_seeds_include_passages_of_the_python_reference():
+    from specgen.heads.seeds import library_seeds
+
+    docs = library_seeds()
+    assert len(docs) >= 50 and {g for g, _ in docs} == {"docs"}
+    assert len({t for _, t in docs}) == len(docs) and all(0 < len(t) <= 600 for _, t in docs)
+    assert set(docs) <= set(builtin_seeds())
+
+
 def test_the_cli_trains_shows_and_refuses(target, tmp_path, monkeypatch, capsys):
     from specgen.cli import main
     from specgen.heads import fit
@@ -241,7 +282,7 @@ def test_the_cli_trains_shows_and_refuses(target, tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(fit, "open_target", lambda path, o, threads=None: _Closable())
     out = tmp_path / "h.npz"
     with pytest.raises(SystemExit) as e:
-        main(["heads", "train", "-m", str(target), "--heads", "2", "--vocab", "32", "--width", "8",
+        main(["heads", "train", "-m", str(target), "--n-heads", "2", "--vocab", "32", "--width", "8",
               "--minutes", "0.03", "--seqs", "2", "-o", str(out), "--json"])
     assert e.value.code == 0
     summary = json.loads(capsys.readouterr().out)

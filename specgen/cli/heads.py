@@ -64,7 +64,7 @@ def train(
     texts: TextsArg = None,
     model: ModelOpt = None,
     kind: Annotated[str, typer.Option("--kind", help="medusa (independent heads) or hydra (each head sees the token drafted before it).")] = "hydra",
-    n_heads: Annotated[int, typer.Option("--heads", help="Heads: tokens drafted per round at most.")] = 4,
+    n_heads: Annotated[int, typer.Option("--n-heads", help="Heads: tokens drafted per round at most.")] = 4,
     vocab: Annotated[int, typer.Option("--vocab", help="Restricted vocabulary: the most frequent labels, at most this many.")] = 2048,
     width: Annotated[int, typer.Option("--width", help="Each head's hidden width.")] = 256,
     minutes: Annotated[float, typer.Option("--minutes", help="Time budget for data and training together.")] = 15.0,

@@ -46,9 +46,12 @@ class TrainOptions:
     vocab: int = 2048  # restricted vocabulary cap: 4 heads stay near 1 ms a round (docs/notes/2026-12-02-heads-training.md)
     width: int = 256  # each head's hidden width
     minutes: float = 15.0
-    data_share: float = 0.4
+    data_share: float = 0.75  # training peaks within a minute or two: the rest of the budget buys data
     batch: int = 256
     lr: float = 2e-3
+    weight_decay: float = 0.0  # AdamW's, on the heads' matrices
+    check_every: int = 50  # minibatches between held-out checks (the best check's weights are kept)
+    check_rows: int = 1024  # held-out rows a check scores
     n_seq: int = 16  # sequences generated at once
     gen_tokens: int = 160  # tokens generated per seed
     prompt_tokens: int = 192  # a seed's last tokens kept
@@ -95,7 +98,7 @@ def check_options(o: TrainOptions) -> None:
     if o.kind not in KINDS:
         raise SpecgenError(f"--kind must be one of {', '.join(KINDS)}, not {o.kind!r}")
     if not 1 <= o.n_heads <= 8:
-        raise SpecgenError("--heads must be between 1 and 8")
+        raise SpecgenError("--n-heads must be between 1 and 8")
     if o.vocab < 16 or o.width < 1 or o.minutes <= 0 or o.batch < 1 or o.n_seq < 1:
         raise SpecgenError("--vocab >= 16, --width >= 1, --minutes > 0, --batch >= 1 and --seqs >= 1, please")
 
@@ -192,7 +195,9 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
     else:
         heads, h_rms = old, float(old.info.get("h_rms", 1.0))
     covered = _covered(heads, train)
-    trainer = Trainer(heads, h_rms, lr=opts.lr)
+    trainer = Trainer(heads, h_rms, lr=opts.lr, weight_decay=opts.weight_decay)
+    checks = held.take(rng.permutation(len(held))[: opts.check_rows]) if len(held) else None
+    best = _Best(trainer, checks)
     steps, interrupted, recent = 0, False, []
     t_train = clock()
     try:
@@ -201,6 +206,8 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
                 break
             loss, top1 = trainer.step(train.hidden[rows], train.tokens[rows])
             steps += 1
+            if steps % opts.check_every == 0:
+                best.check(steps)
             recent = (recent + [(loss, top1)])[-20:]
             now = clock()
             if now - last_note[0] > 0.5:
@@ -208,18 +215,43 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
                 report(Progress("train", now - t0, budget, len(train), steps, *_recent(recent)))
     except KeyboardInterrupt:
         interrupted = True
+    best.check(steps)
+    best.keep()
     train_s = max(clock() - t_train, 1e-9)
     result = evaluate(trainer, held) if len(held) else {"top1": [], "per_group": {}, "examples": 0}
     prev = old.info if old else {}
     info = {"examples": len(train), "held_out": len(held), "covered": covered,
             "heldout": result, "steps": int(prev.get("steps", 0)) + steps, "runs": int(prev.get("runs", 0)) + 1,
             "seeds": "files" if texts else "built-in", "groups": groups, "width": heads.width,
+            "best_step": int(prev.get("steps", 0)) + best.step, "weight_decay": opts.weight_decay,
             "tokens_per_min": round(tokens_per_min, 1)}
     trained = trainer.to_heads(info)
     save_heads(trained, out)
     return Summary(str(out), identity, trained.kind, trained.n_heads, len(trained.ids), covered, len(train),
                    len(held), steps, round(clock() - t0, 2), round(steps * min(opts.batch, len(train)) / train_s, 1),
                    round(tokens_per_min, 1), result, interrupted, old is not None)
+
+
+class _Best:
+    """Early stopping without stopping: held-out top-1 (heads weighted as the loss weights them) at
+    each check; `keep` puts back the best check's weights. Without held-out rows the last weights stay."""
+
+    def __init__(self, trainer: Trainer, rows: Samples | None) -> None:
+        self.trainer, self.rows = trainer, rows
+        self.score, self.params, self.step = -1.0, None, 0
+
+    def check(self, step: int) -> None:
+        if self.rows is None or not len(self.rows) or step == self.step and self.params is not None:
+            return
+        _, top1, _ = self.trainer.loss_and_grads(self.rows.hidden, self.rows.tokens, grads=False)
+        w = self.trainer.weights
+        score = sum(wi * hit / max(n, 1) for wi, (hit, n) in zip(w, top1)) / sum(w)
+        if score > self.score:
+            self.score, self.params, self.step = score, self.trainer.snapshot(), step
+
+    def keep(self) -> None:
+        if self.params is not None:
+            self.trainer.restore(self.params)
 
 
 def _join(a: Samples, b: Samples) -> Samples:

@@ -34,8 +34,12 @@ FORMAT_VERSION = 1
 KINDS = ("medusa", "hydra")
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # never overflows, unlike 1 / (1 + exp(-x))
+
+
 def silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
+    return x * sigmoid(x)
 
 
 @dataclass

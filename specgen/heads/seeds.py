@@ -69,6 +69,24 @@ SEEDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def library_seeds(chars: int = 600) -> list[tuple[str, str]]:
+    """("docs", passage): the opening of each topic of the Python reference that ships with Python
+    (`pydoc_data.topics`, 79 topics of prose and code; 78 distinct openings), cut at a paragraph break: varied text on any
+    machine without a download; none where a distribution left the module out."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        return []
+    out = []
+    for name in sorted(topics):
+        text = topics[name].strip()
+        cut = text.rfind("\n\n", 0, chars)
+        passage = text[: cut if cut > chars // 3 else chars].strip()
+        if passage and ("docs", passage) not in out:  # two topics can open alike
+            out.append(("docs", passage))
+    return out
+
+
 def builtin_seeds() -> list[tuple[str, str]]:
-    """(category, prompt) for every built-in seed."""
-    return [(cat, text) for cat, texts in SEEDS.items() for text in texts]
+    """(category, prompt) for every built-in seed: the prompts above and the library's passages."""
+    return [(cat, text) for cat, texts in SEEDS.items() for text in texts] + library_seeds()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specgen.errors import SpecgenError
-from specgen.heads.model import Heads
+from specgen.heads.model import Heads, sigmoid as _sigmoid
 
 
 @dataclass
@@ -93,14 +93,11 @@ def choose_vocab(labels: np.ndarray, cap: int, always: np.ndarray | None = None)
     return np.sort(ids).astype(np.int32), covered
 
 
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 class Trainer:
     """Adam over one set of heads' blocks; `step` takes a minibatch, returns (loss, top-1 per head)."""
 
-    def __init__(self, heads: Heads, h_rms: float, *, lr: float = 1e-3, decay: float = 0.8) -> None:
+    def __init__(self, heads: Heads, h_rms: float, *, lr: float = 1e-3, decay: float = 0.8,
+                 weight_decay: float = 0.0) -> None:
         self.kind, self.n_heads, d = heads.kind, heads.n_heads, heads.n_embd
         self.h_rms = float(h_rms)
         self.template = heads
@@ -121,6 +118,13 @@ class Trainer:
         self.t = 0  # Adam's moments start afresh (a resumed run too); info["adam_steps"] keeps the total
         self.steps_before = int(heads.info.get("adam_steps", 0))
         self.lr, self.weights = lr, [decay**i for i in range(self.n_heads)]
+        self.weight_decay = weight_decay  # decoupled (AdamW), on the matrices only
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self.params.items()}
+
+    def restore(self, params: dict[str, np.ndarray]) -> None:
+        self.params = {k: v.copy() for k, v in params.items()}
 
     # -- forward and backward --------------------------------------------------
     def _inputs(self, tokens: np.ndarray) -> list[np.ndarray]:
@@ -194,6 +198,8 @@ class Trainer:
         for k, g in gr.items():
             self.m[k] = b1 * self.m[k] + (1 - b1) * g
             self.v[k] = b2 * self.v[k] + (1 - b2) * g * g
+            if self.weight_decay and k[:2] in ("w1", "w2"):
+                self.params[k] *= 1.0 - self.lr * self.weight_decay
             self.params[k] -= self.lr * corr * self.m[k] / (np.sqrt(self.v[k]) + eps)
         return loss, top1
 
