@@ -21,7 +21,7 @@ from typing import Sequence
 from specgen.decode.generation import Generation
 from specgen.drafters.base import Drafter
 from specgen.drafters.build import DrafterOptions, OpenedDraft, build_drafter
-from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX
+from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, HEADS_NGRAM_MIN, NGRAM_MAX
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
@@ -43,7 +43,7 @@ class ModelOptions:
     threads: int | None = None
     gpu_layers: int = 0
     ngram_max: int = NGRAM_MAX
-    ngram_min: int | None = None  # None: 1, or ALONGSIDE_NGRAM_MIN beside a draft model
+    ngram_min: int | None = None  # None: 1, or ALONGSIDE_NGRAM_MIN beside a draft model (HEADS_NGRAM_MIN beside heads)
     n_seq: int = 1
     adaptive: str | None = None  # cost | heuristic | fixed; None: cost, or fixed when -k is given
     p_min: float = 0.0
@@ -53,11 +53,11 @@ class ModelOptions:
     tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.decode.tree)
     heads: str | None = None  # prediction heads: a heads file, or "auto" (the one trained for the target)
 
-    def lookup_ngram_min(self, alongside: bool = False) -> int:
-        """Prompt lookup's shortest match: as given, else 1 (2 beside a draft model)."""
+    def lookup_ngram_min(self, alongside: bool = False, heads: bool = False) -> int:
+        """Prompt lookup's shortest match: as given, else 1 (2 beside a draft model, 1 beside heads)."""
         if self.ngram_min is not None:
             return self.ngram_min
-        return ALONGSIDE_NGRAM_MIN if alongside else 1
+        return HEADS_NGRAM_MIN if heads else ALONGSIDE_NGRAM_MIN if alongside else 1
 
     def validate(self) -> None:
         chosen = [name for name, on in (("-d/--draft", self.draft),
@@ -96,7 +96,8 @@ class ModelOptions:
         kind = {"draft": "model", "suffix": "suffix", "heads": "heads"}.get(mode, "lookup")
         alongside = mode in ("draft", "heads") and (self.lookup or (self.lookup is None and self.policy_name == "cost"))
         return DrafterOptions(kind, self.ngram_max, self.lookup_ngram_min(), lookup_alongside=bool(alongside),
-                              alongside_ngram_min=self.lookup_ngram_min(alongside=True), model_max=model_max,
+                              alongside_ngram_min=self.lookup_ngram_min(alongside=True, heads=mode == "heads"),
+                              model_max=model_max,
                               p_min=self.p_min, global_cache=self.global_cache, suffix_choice=self.suffix_choice)
 
     @property

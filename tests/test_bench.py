@@ -165,6 +165,8 @@ def test_messages_are_tokenized_as_chat_does():
         ("draft=m.gguf:k=3", "draft", 3, {"lookup_alongside": False}, "draft=m.gguf:k=3"),
         ("draft=m.gguf:k=3,lookup=on", "draft", 3, {"lookup_alongside": True}, "draft=m.gguf:k=3,lookup=on"),
         ("pair=gemma3-1b:lookup=on", "pair", None, {"lookup": True}, "pair=gemma3-1b:lookup=on"),
+        ("heads:policy=cost,ngram_min=1", "heads", 8, {"alongside_ngram_min": 1}, "heads:k=8,ngram_min=1,policy=cost"),
+        ("draft=m.gguf:policy=cost,ngram_min=3", "draft", 8, {"alongside_ngram_min": 3}, "draft=m.gguf:k=8,ngram_min=3,policy=cost"),
     ],
 )
 def test_config_syntax(text, kind, k, extra, name):
@@ -175,6 +177,25 @@ def test_config_syntax(text, kind, k, extra, name):
     assert c.name == name
     if k is not None:
         assert B.parse_config(c.name) == c  # the canonical name parses back
+
+
+def test_lookup_alongside_reaches_lookups_ceiling_as_in_run():
+    # `specgen run --heads` / `-d` under the cost policy: lookup's offers up to 16, the model's own k at most 8
+    for text in ("heads=h.npz:policy=cost", "draft=m.gguf:policy=cost"):
+        c = B.parse_config(text)
+        assert (c.k, c.round_k, c.drafter_options().model_max) == (8, 16, 8), text
+    for text in ("draft=m.gguf:policy=cost,lookup=off", "heads=h.npz:k=4,lookup=on", "lookup:policy=cost"):
+        c = B.parse_config(text)
+        assert c.round_k == c.k and c.drafter_options().model_max is None, text
+    # lookup alongside matches as in `specgen run`: two tokens beside a draft model, one beside heads
+    assert B.parse_config("draft=m.gguf:policy=cost").drafter_options().alongside_ngram_min == 2
+    assert B.parse_config("heads:policy=cost").drafter_options().alongside_ngram_min == 1
+    assert B.parse_config("heads:policy=cost,ngram_min=2").drafter_options().alongside_ngram_min == 2
+    from specgen.session import ModelOptions
+
+    assert ModelOptions().drafter_options("heads").alongside_ngram_min == 1
+    assert ModelOptions().drafter_options("draft").alongside_ngram_min == 2
+    assert ModelOptions(ngram_min=3).drafter_options("heads").alongside_ngram_min == 3
 
 
 def test_config_label_shortens_paths():

@@ -4,7 +4,11 @@ Plain is always measured; `lookup[:k=N,ngram=N,ngram_min=N]`,
 `suffix[:k=N,ngram_min=N]` (the suffix index; `ngram_min`: its shortest match),
 `draft=MODEL[:k=N]`, `pair=NAME[:k=N]` and `heads[=FILE|auto][:k=N]` (prediction
 heads over the target's hidden state; no FILE: auto, the heads trained for the
-target) (each with an optional `policy=P`) add speculative ones. Default draft lengths and policy names are the loader's.
+target) (each with an optional `policy=P`) add speculative ones; a draft model's and the
+heads' `ngram_min=N` is the shortest match of prompt lookup alongside them (default, as `specgen run`: 2 beside a
+draft model, 1 beside heads).
+With lookup alongside under an adaptive policy, lookup's offers reach lookup's own ceiling
+(16) and the model's k stays its own, as in `specgen run` (`Config.round_k`). Default draft lengths and policy names are the loader's.
 `suffix:global=on` (or bench --global-cache on) adds an index over the
 earlier requests of the same repeat.
 """
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Iterable
 
 from specgen.drafters.build import DrafterOptions
-from specgen.drafters.lookup import NGRAM_MAX
+from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, HEADS_NGRAM_MIN, NGRAM_MAX
 from specgen.errors import SpecgenError
 from specgen.session import ADAPTIVE_K_MAX, DEFAULT_DRAFT_MAX, POLICIES
 
@@ -27,7 +31,7 @@ MAX_K = 128
 # bench's default policy (fixed) first
 _POLICY_CHOICES = ("fixed", *(p for p in POLICIES if p != "fixed"))
 _CONFIG_USAGE = (
-    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P,lookup=on|off], pair=NAME[:k=N,policy=P,lookup=on|off] or heads[=FILE|auto][:k=N,policy=P,lookup=on|off]"
+    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P,lookup=on|off,ngram_min=N], pair=NAME[:k=N,policy=P,lookup=on|off] or heads[=FILE|auto][:k=N,policy=P,lookup=on|off,ngram_min=N]"
     f" (P: {', '.join(_POLICY_CHOICES)}; lookup alongside the draft model or heads: on by default under policy=cost)"
 )
 _OPTIONS_RE = re.compile(r"[a-z_]+=[^,:]*(,[a-z_]+=[^,:]*)*")
@@ -47,6 +51,7 @@ class Config:
     global_cache: bool = False  # suffix: an index over the earlier requests of the same repeat (runner.Runner)
     lookup: bool | None = None  # draft/pair/heads: prompt lookup alongside (None: as `specgen run`, on under cost)
     heads: str | None = None  # heads: a heads file, or "auto" (the heads trained for the target)
+    alongside_ngram_min: int | None = None  # draft/heads: lookup alongside's shortest match (None: as `specgen run`)
 
     @property
     def name(self) -> str:
@@ -57,6 +62,8 @@ class Config:
             extra.append(f"ngram={self.ngram_max}")
         if self.kind in ("lookup", "suffix") and self.ngram_min != 1:
             extra.append(f"ngram_min={self.ngram_min}")
+        if self.alongside_ngram_min is not None:
+            extra.append(f"ngram_min={self.alongside_ngram_min}")
         if self.policy != "fixed":
             extra.append(f"policy={self.policy}")
         if self.global_cache:
@@ -81,6 +88,16 @@ class Config:
         return self.kind in ("draft", "pair")
 
     @property
+    def round_k(self) -> int:
+        """The round's ceiling: k, or with prompt lookup alongside a draft model or heads under an
+        adaptive policy lookup's own ceiling, as in `specgen run` (a copied run of text pays for
+        longer drafts than a model's steps do); the model itself drafts at most k."""
+        k = self.k or 0
+        if self.lookup_alongside and self.policy != "fixed":
+            return max(k, _default_k("lookup", self.policy))
+        return k
+
+    @property
     def lookup_alongside(self) -> bool:
         """The session's rule: with a draft model or heads, lookup too when asked, or by default under the cost policy."""
         return (self.drafts_with_model or self.kind == "heads") and \
@@ -92,7 +109,8 @@ class Config:
             raise ValueError("plain decoding has no drafter")
         kind = "model" if self.drafts_with_model else self.kind  # lookup | suffix | heads
         return DrafterOptions(kind, self.ngram_max, self.ngram_min, lookup_alongside=bool(self.lookup_alongside),
-                              global_cache=self.global_cache)
+                              global_cache=self.global_cache, alongside_ngram_min=self.alongside_ngram_min or (HEADS_NGRAM_MIN if self.kind == "heads" else ALONGSIDE_NGRAM_MIN),
+                              model_max=self.k if self.round_k > (self.k or 0) else None)
 
 
 PLAIN = Config("plain")
@@ -120,20 +138,22 @@ def parse_config(text: str) -> Config:
         ref, tail = _split_options(s[len("heads=") :]) if s.startswith("heads=") else ("auto", s[len("heads:") :])
         if not ref:
             raise SpecgenError(f"--config {text}: heads= needs a heads file (or auto)")
-        opts = _options(tail, ("k", "policy", "lookup"), text)
+        opts = _options(tail, ("k", "policy", "lookup", "ngram_min"), text)
         policy = opts.get("policy", "fixed")
         lookup = {"on": True, "off": False}.get(opts.get("lookup"))
-        return Config("heads", opts.get("k", _default_k("heads", policy)), policy=policy, lookup=lookup, heads=ref)
+        return Config("heads", opts.get("k", _default_k("heads", policy)), policy=policy, lookup=lookup, heads=ref,
+                      alongside_ngram_min=opts.get("ngram_min"))
     for kind in ("draft", "pair"):
         if s.startswith(kind + "="):
             ref, tail = _split_options(s[len(kind) + 1 :])
             if not ref:
                 raise SpecgenError(f"--config {text}: {kind}= needs a {'model' if kind == 'draft' else 'pair name'}")
-            opts = _options(tail, ("k", "policy", "lookup"), text)
+            opts = _options(tail, ("k", "policy", "lookup", "ngram_min"), text)
             policy = opts.get("policy", "fixed")
             lookup = {"on": True, "off": False}.get(opts.get("lookup"))
             if kind == "draft":
-                return Config("draft", opts.get("k", _default_k("draft", policy)), draft=ref, policy=policy, lookup=lookup)
+                return Config("draft", opts.get("k", _default_k("draft", policy)), draft=ref, policy=policy, lookup=lookup,
+                              alongside_ngram_min=opts.get("ngram_min"))
             return Config("pair", opts.get("k"), pair=ref, policy=policy, lookup=lookup)
     raise SpecgenError(f"unknown --config '{text}' ({_CONFIG_USAGE})")
 

@@ -52,7 +52,7 @@ def run_record(gen, config, verify_by_k: dict, steady: list, first_draft_s: floa
     drafter = gen.drafter
     return {
         "config": config.name,
-        "draft_max": config.k or 0,
+        "draft_max": config.round_k,
         **st.record(),
         "ttft_s": st.prefill_s,
         "decode_s": st.decode_s,

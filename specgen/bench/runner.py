@@ -118,7 +118,7 @@ class Runner:
     def prepare(self, requests: Sequence[Request]) -> list[Prepared]:
         t0 = time.perf_counter()
         s, target = self.settings, self.setup.target
-        k_max = max((c.k or 0) for c in self.setup.configs)
+        k_max = max(c.round_k for c in self.setup.configs)
         out = []
         for i, r in enumerate(requests):
             tokens = request_tokens(target, r)
@@ -160,10 +160,10 @@ class Runner:
         if draft_engine is not None:
             draft_engine.truncate(0, 0)
         gen = Generation(
-            target, p.tokens, drafter, draft_max=config.k or 0, max_tokens=max_tokens or p.max_tokens,
+            target, p.tokens, drafter, draft_max=config.round_k, max_tokens=max_tokens or p.max_tokens,
             params=p.params, ignore_eos=self.settings.ignore_eos,
             # a global suffix index carries its acceptance statistics across the requests it serves
-            policy=setup.session.new_policy(config.k or 0, config.policy, draft_engine=draft_engine,
+            policy=setup.session.new_policy(config.round_k, config.policy, draft_engine=draft_engine,
                                             heads_step_s=setup.heads_step_s.get(config.name),
                                             shared=drafter.policy_stats if drafter is not None else None),
         )

@@ -66,7 +66,7 @@ class SweepRunner:
 
     def server(self, config: Config, level: int) -> Server:
         """The server for one configuration, with its drafter and policies: built here only."""
-        setup, k = self.setup, config.k or 0
+        setup, k = self.setup, config.round_k
         draft_engine = setup.draft_engines.get(config.name)
         drafter = setup.drafters.get(config.name)  # one drafter for every slot (a draft model: its own context)
         if config.kind in ("lookup", "suffix"):
