@@ -157,17 +157,17 @@ class Session:
         return build_drafter(options, self.target, draft, self.heads if options.kind == "heads" else None)
 
     def new_policy(self, k: int | None = None, name: str | None = None, shared: dict | None = None,
-                   draft_engine: Engine | None = None, heads_step_s: float | None = None):
+                   draft_engine: Engine | None = None, heads_step_s: float | None = None, heads=None):
         """A fresh policy for one generation (its estimates start from the priors), over
         the session's draft model or `draft_engine` (one it opened), or for prediction
-        heads whose step takes `heads_step_s` (default: the session's heads, when it
-        drafts with them); the passes it times are kept for the cached profiles (`close`)."""
+        heads whose step takes `heads_step_s` (and whose measured acceptance, `heads`, is the
+        policy's prior; default: the session's heads, when it drafts with them); the passes it times are kept for the cached profiles (`close`)."""
         heads_s = heads_step_s
         if heads_s is None and self.mode == "heads" and draft_engine is None:
-            heads_s = self.heads_step_s
+            heads_s, heads = self.heads_step_s, self.heads
         return make_policy(name or self.policy_name, self.draft_max if k is None else k, self.target,
                            draft_engine if draft_engine is not None else self.draft_engine, shared=shared,
-                           log=self.costs_seen, heads_step_s=heads_s)
+                           log=self.costs_seen, heads_step_s=heads_s, heads=heads)
 
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, params: SamplingParams = SamplingParams(),
                  ignore_eos: bool = False, policy=None) -> Generation:
@@ -240,7 +240,7 @@ def open_draft(target: Engine, path: Path, **engine_kw) -> OpenedDraft:
 
 
 def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None, *,
-                shared: dict | None = None, log: CostLog | None = None, heads_step_s: float | None = None,
+                shared: dict | None = None, log: CostLog | None = None, heads_step_s: float | None = None, heads=None,
                 **cost_kw):
     """A fresh policy for one generation. cost: from the profiles of the target
     (verify curve) and the draft model (one step, bulk feed), probed on first
@@ -251,7 +251,7 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
     passes it times are kept (a session's); `cost_kw`: further CostAware
     arguments (e.g. explore_near=False)."""
     from specgen.policy.base import FixedK, Heuristic
-    from specgen.policy.cost import DRAFT_MODEL_PRIOR, HEADS_PRIOR, CostAware
+    from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware, heads_prior
 
     if name == "fixed" or k_max == 0:
         return FixedK()
@@ -279,7 +279,7 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
             kw["draft_seen"] = log.of(draft_engine)
     prior = DRAFT_MODEL_PRIOR if same_vocab else None
     if heads_step_s is not None and draft_engine is None:
-        step, prior = heads_step_s, HEADS_PRIOR
+        step, prior = heads_step_s, heads_prior(heads)
     return CostAware(k_max, prof["verify_s"], step, feed, draft_verify_s=curve, shared=shared,
                      model_prior=prior, **kw, **cost_kw)
 

@@ -149,6 +149,23 @@ def test_time_heads_is_a_step_time():
     assert 0 < time_heads(chain_heads(V, 4), V) < 0.1
 
 
+def test_the_cost_policy_starts_from_the_heads_measured_acceptance(monkeypatch):
+    import specgen.engine.costs
+    import specgen.policy.cost
+    from specgen.policy.cost import HEADS_PRIOR, heads_prior
+    from specgen.session import make_policy
+
+    heads = chain_heads(V, 4)
+    assert heads_prior(heads) == HEADS_PRIOR  # no training figures: the default prior
+    heads.info = {"heldout": {"top1": [0.31, 0.2, 0.1, 0.05]}}
+    assert heads_prior(heads) == (0.31, HEADS_PRIOR[1])
+    seen = {}
+    monkeypatch.setattr(specgen.engine.costs, "cost_profile", lambda target: {"verify_s": [0.0, 0.01, 0.011]})
+    monkeypatch.setattr(specgen.policy.cost, "CostAware", lambda *a, **kw: seen.update(kw))
+    make_policy("cost", 4, FakeEngine(chain_table(V)), heads_step_s=1e-4, heads=heads)
+    assert seen["model_prior"] == (0.31, HEADS_PRIOR[1])
+
+
 # -- sampled losslessness ---------------------------------------------------------------
 SV, N_HEADS, DRAWS, POSITIONS = 6, 3, 3000, 5
 PARAMS = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0)

@@ -164,7 +164,7 @@ class Runner:
             params=p.params, ignore_eos=self.settings.ignore_eos,
             # a global suffix index carries its acceptance statistics across the requests it serves
             policy=setup.session.new_policy(config.round_k, config.policy, draft_engine=draft_engine,
-                                            heads_step_s=setup.heads_step_s.get(config.name),
+                                            heads_step_s=setup.heads_step_s.get(config.name), heads=setup.heads.get(config.name),
                                             shared=drafter.policy_stats if drafter is not None else None),
         )
         # Verify time by draft length, and drafting after the first decode

@@ -79,7 +79,7 @@ class SweepRunner:
 
         def new_policy():  # through the session, which keeps the passes each policy times
             return setup.session.new_policy(k, config.policy, shared=shared, draft_engine=draft_engine,
-                                            heads_step_s=setup.heads_step_s.get(config.name))
+                                            heads_step_s=setup.heads_step_s.get(config.name), heads=setup.heads.get(config.name))
 
         new_policy()  # costs are read (or probed) now, before serving: timing passes uses sequence 0
         return Server(setup.target, level, draft_max=k, drafter=drafter, new_policy=new_policy,

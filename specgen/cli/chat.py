@@ -36,7 +36,8 @@ def _make_policy(loaded, k: int, fixed: bool, draft_engine, heads: bool = False)
     from specgen.session import make_policy
 
     heads_s = loaded.heads_step_s if heads else None
-    return make_policy("fixed" if fixed else loaded.policy_name, k, loaded.target, draft_engine, heads_step_s=heads_s)
+    return make_policy("fixed" if fixed else loaded.policy_name, k, loaded.target, draft_engine, heads_step_s=heads_s,
+                       heads=loaded.heads if heads else None)
 
 
 def _stats_table(st, mode: str, k: int, policy):

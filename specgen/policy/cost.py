@@ -24,10 +24,21 @@ from specgen.policy.estimates import Estimates, Observed
 # matches do, so its prior weighs more, and one unlucky round moves it less
 # (replayed: docs/notes/2026-11-drafting-and-policy.md).
 DRAFT_MODEL_PRIOR = (0.7, 6.0)
-# Prediction heads' acceptance before evidence: lower than a draft model's (a
-# head sees one hidden state, not the text), and weighing fewer rounds, so a
-# target where they do poorly stops drafting soon.
+# Prediction heads' acceptance before evidence, where their file has no figure
+# of its own (`heads_prior`): lower than a draft model's (a head sees one hidden
+# state, not the text), and weighing fewer rounds, so a target where they do
+# poorly stops drafting soon.
 HEADS_PRIOR = (0.5, 4.0)
+
+
+def heads_prior(heads) -> tuple[float, float]:
+    """Trained heads' acceptance before evidence: the first head's held-out top-1 that
+    training measured (kept in the heads file), at HEADS_PRIOR's weight; HEADS_PRIOR
+    itself for heads without that figure."""
+    top1 = ((getattr(heads, "info", None) or {}).get("heldout") or {}).get("top1") or []
+    if top1 and isinstance(top1[0], (int, float)):
+        return min(max(float(top1[0]), 0.05), 0.95), HEADS_PRIOR[1]
+    return HEADS_PRIOR
 
 
 @dataclass
