@@ -291,6 +291,7 @@ def test_the_cli_trains_shows_and_refuses(target, tmp_path, monkeypatch, capsys)
         main(["heads", "show", str(out)])
     shown = capsys.readouterr().out
     assert e.value.code == 0 and "hydra" in shown and target_identity(target) in shown
+    assert "best_step: " in shown  # the check whose weights were kept
     out.write_bytes(b"junk")
     with pytest.raises(SystemExit) as e:
         main(["heads", "show", str(out)])

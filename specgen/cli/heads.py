@@ -117,14 +117,14 @@ def show(
     held = i.get("heldout", {})
     data = {"file": str(file), "target": h.target, "kind": h.kind, "heads": h.n_heads, "width": h.width,
             "vocab": len(h.ids), "n_vocab": h.n_vocab, "covered": i.get("covered"), "examples": i.get("examples"),
-            "held_out": i.get("held_out"), "steps": i.get("steps"), "runs": i.get("runs"),
+            "held_out": i.get("held_out"), "steps": i.get("steps"), "best_step": i.get("best_step"), "runs": i.get("runs"),
             "top1": held.get("top1"), "top1_per_group": held.get("per_group", {}),
             "bytes": Path(file).stat().st_size}
     if json_out:
         sys.stdout.write(json.dumps(data) + "\n")
         return
     lines = [f"{key:>10}: {data[key]}" for key in ("file", "target", "kind", "heads", "width", "vocab", "n_vocab",
-                                                     "covered", "examples", "held_out", "steps", "runs", "bytes")]
+                                                     "covered", "examples", "held_out", "steps", "best_step", "runs", "bytes")]
     lines.append(f"{'top-1':>10}: " + _heads_line(data["top1"]))
     lines += [f"{group:>10}: " + _heads_line(accs) for group, accs in sorted(data["top1_per_group"].items())]
     sys.stdout.write("\n".join(lines) + "\n")
