@@ -156,7 +156,8 @@ def test_the_cost_policy_starts_from_the_heads_measured_acceptance(monkeypatch):
     from specgen.session import make_policy
 
     heads = chain_heads(V, 4)
-    assert heads_prior(heads) == HEADS_PRIOR  # no training figures: the default prior
+    heads.info = {}  # a file without training figures: the default prior
+    assert heads_prior(heads) == HEADS_PRIOR and heads_prior(None) == HEADS_PRIOR
     heads.info = {"heldout": {"top1": [0.31, 0.2, 0.1, 0.05]}}
     assert heads_prior(heads) == (0.31, HEADS_PRIOR[1])
     seen = {}

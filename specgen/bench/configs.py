@@ -109,7 +109,8 @@ class Config:
             raise ValueError("plain decoding has no drafter")
         kind = "model" if self.drafts_with_model else self.kind  # lookup | suffix | heads
         return DrafterOptions(kind, self.ngram_max, self.ngram_min, lookup_alongside=bool(self.lookup_alongside),
-                              global_cache=self.global_cache, alongside_ngram_min=self.alongside_ngram_min or (HEADS_NGRAM_MIN if self.kind == "heads" else ALONGSIDE_NGRAM_MIN),
+                              global_cache=self.global_cache, alongside_ngram_min=self.alongside_ngram_min
+                              or (HEADS_NGRAM_MIN if self.kind == "heads" else ALONGSIDE_NGRAM_MIN),
                               model_max=self.k if self.round_k > (self.k or 0) else None)
 
 

@@ -223,7 +223,8 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
     info = {"examples": len(train), "held_out": len(held), "covered": covered,
             "heldout": result, "steps": int(prev.get("steps", 0)) + steps, "runs": int(prev.get("runs", 0)) + 1,
             "seeds": "files" if texts else "built-in", "groups": groups, "width": heads.width,
-            "best_step": int(prev.get("steps", 0)) + best.step, "weight_decay": opts.weight_decay,
+            "best_step": int(prev.get("steps", 0)) + (best.step if best.params is not None else steps),
+            "weight_decay": opts.weight_decay,
             "tokens_per_min": round(tokens_per_min, 1)}
     trained = trainer.to_heads(info)
     save_heads(trained, out)

@@ -35,7 +35,8 @@ def heads_prior(heads) -> tuple[float, float]:
     """Trained heads' acceptance before evidence: the first head's held-out top-1 that
     training measured (kept in the heads file), at HEADS_PRIOR's weight; HEADS_PRIOR
     itself for heads without that figure."""
-    top1 = ((getattr(heads, "info", None) or {}).get("heldout") or {}).get("top1") or []
+    info = heads.info if heads is not None else {}
+    top1 = (info.get("heldout") or {}).get("top1") or []
     if top1 and isinstance(top1[0], (int, float)):
         return min(max(float(top1[0]), 0.05), 0.95), HEADS_PRIOR[1]
     return HEADS_PRIOR
