@@ -191,6 +191,11 @@ def test_lookup_alongside_reaches_lookups_ceiling_as_in_run():
     assert B.parse_config("draft=m.gguf:policy=cost").drafter_options().alongside_ngram_min == 2
     assert B.parse_config("heads:policy=cost").drafter_options().alongside_ngram_min == 1
     assert B.parse_config("heads:policy=cost,ngram_min=2").drafter_options().alongside_ngram_min == 2
+    assert B.parse_config("pair=p:ngram_min=3").alongside_ngram_min == 3
+    from specgen.errors import SpecgenError
+
+    with pytest.raises(SpecgenError, match="ngram_min <= 4"):
+        B.parse_config("draft=m.gguf:ngram_min=9")
     from specgen.session import ModelOptions
 
     assert ModelOptions().drafter_options("heads").alongside_ngram_min == 1

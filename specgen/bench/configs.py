@@ -31,7 +31,7 @@ MAX_K = 128
 # bench's default policy (fixed) first
 _POLICY_CHOICES = ("fixed", *(p for p in POLICIES if p != "fixed"))
 _CONFIG_USAGE = (
-    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P,lookup=on|off,ngram_min=N], pair=NAME[:k=N,policy=P,lookup=on|off] or heads[=FILE|auto][:k=N,policy=P,lookup=on|off,ngram_min=N]"
+    "expected lookup[:k=N,ngram=N,ngram_min=N,policy=P], suffix[:k=N,ngram_min=N,policy=P,global=on|off], draft=MODEL[:k=N,policy=P,lookup=on|off,ngram_min=N], pair=NAME[:k=N,policy=P,lookup=on|off,ngram_min=N] or heads[=FILE|auto][:k=N,policy=P,lookup=on|off,ngram_min=N]"
     f" (P: {', '.join(_POLICY_CHOICES)}; lookup alongside the draft model or heads: on by default under policy=cost)"
 )
 _OPTIONS_RE = re.compile(r"[a-z_]+=[^,:]*(,[a-z_]+=[^,:]*)*")
@@ -139,7 +139,7 @@ def parse_config(text: str) -> Config:
         ref, tail = _split_options(s[len("heads=") :]) if s.startswith("heads=") else ("auto", s[len("heads:") :])
         if not ref:
             raise SpecgenError(f"--config {text}: heads= needs a heads file (or auto)")
-        opts = _options(tail, ("k", "policy", "lookup", "ngram_min"), text)
+        opts = _alongside_options(tail, text)
         policy = opts.get("policy", "fixed")
         lookup = {"on": True, "off": False}.get(opts.get("lookup"))
         return Config("heads", opts.get("k", _default_k("heads", policy)), policy=policy, lookup=lookup, heads=ref,
@@ -149,14 +149,23 @@ def parse_config(text: str) -> Config:
             ref, tail = _split_options(s[len(kind) + 1 :])
             if not ref:
                 raise SpecgenError(f"--config {text}: {kind}= needs a {'model' if kind == 'draft' else 'pair name'}")
-            opts = _options(tail, ("k", "policy", "lookup", "ngram_min"), text)
+            opts = _alongside_options(tail, text)
             policy = opts.get("policy", "fixed")
             lookup = {"on": True, "off": False}.get(opts.get("lookup"))
             if kind == "draft":
                 return Config("draft", opts.get("k", _default_k("draft", policy)), draft=ref, policy=policy, lookup=lookup,
                               alongside_ngram_min=opts.get("ngram_min"))
-            return Config("pair", opts.get("k"), pair=ref, policy=policy, lookup=lookup)
+            return Config("pair", opts.get("k"), pair=ref, policy=policy, lookup=lookup,
+                          alongside_ngram_min=opts.get("ngram_min"))
     raise SpecgenError(f"unknown --config '{text}' ({_CONFIG_USAGE})")
+
+
+def _alongside_options(tail: str, text: str) -> dict:
+    """A draft model's or the heads' options; lookup alongside matches no longer n-grams than it looks up."""
+    opts = _options(tail, ("k", "policy", "lookup", "ngram_min"), text)
+    if opts.get("ngram_min", 1) > NGRAM_MAX:
+        raise SpecgenError(f"--config {text}: need ngram_min <= {NGRAM_MAX} (lookup's longest n-gram)")
+    return opts
 
 
 def _split_options(body: str) -> tuple[str, str]:
