@@ -339,7 +339,7 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
                       heads=heads)
     try:
         if heads is not None:
-            from specgen.drafters.heads import time_heads
+            from specgen.heads.model import time_heads
 
             session.heads_step_s = time_heads(heads, target.n_embd)
         if mode != "plain":

@@ -14,7 +14,8 @@ from scipy.stats import chisquare
 from specgen.decode.generation import Generation
 from specgen.drafters.base import Want
 from specgen.drafters.build import DrafterOptions, build_drafter
-from specgen.drafters.heads import HeadsDrafter, time_heads
+from specgen.drafters.heads import HeadsDrafter
+from specgen.heads.model import time_heads
 from specgen.drafters.model import DraftModel
 from specgen.policy.base import FixedK
 from specgen.rules.sampling import SamplingParams

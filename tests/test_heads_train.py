@@ -10,7 +10,7 @@ import pytest
 
 from specgen.engine.llama import sync_many
 from specgen.errors import SpecgenError
-from specgen.heads.collect import Seq, examples, output_rows, seeds_from_files
+from specgen.heads.collect import Seq, examples, forced_labels, output_rows, seeds_from_files
 from specgen.heads.fit import TrainOptions, train_heads
 from specgen.heads.model import load_heads, target_identity
 from specgen.heads.seeds import builtin_seeds
@@ -136,6 +136,68 @@ def test_examples_align_with_the_drafting_positions():
     assert t.tolist() == [[10, 11, 12], [11, 12, 13], [12, 13, 14], [13, 14, -1]]
 
 
+def test_forced_labels_follow_the_text_while_it_agrees_with_the_target():
+    # row j: last = tokens[j + 1]; head i labelled picks[j + i] while tokens[j + m + 1] == picks[j + m], 1 <= m < i
+    toks = [5, 6, 7, 8, 9]
+    picks = np.array([6, 7, 0, 9, 3])  # the text agrees at rows 0, 1 and 3, not at row 2
+    assert forced_labels(toks, picks, 3).tolist() == [
+        [6, 7, 0, -1],  # head 2 (picks[2]) since tokens[2] == picks[1]; head 3 needs tokens[3] == picks[2]: no
+        [7, 0, -1, -1],
+        [8, 9, 3, -1],  # the first label needs no agreement; head 2 since tokens[4] == picks[3]
+        [9, 3, -1, -1],  # past the chunk
+    ]
+    assert forced_labels([5], picks[:1], 2).shape == (0, 3)
+
+
+def test_teacher_forced_text_gives_the_targets_own_chain(target):
+    from specgen.heads.collect import collect_text
+
+    fake = HiddenFake()
+    chain = [3]
+    for _ in range(9):
+        chain.append(int(fake.perm[chain[-1]]))
+    broken = chain[:5] + [(chain[5] + 1) % V] + chain[6:]
+    got = collect_text(fake, iter([(0, chain), (1, broken)]), ["a", "b"], 2, deadline=time.monotonic() + 60)
+    a, b = got.take(np.flatnonzero(got.group == 0)), got.take(np.flatnonzero(got.group == 1))
+    assert len(a) == 9 and (a.hidden == fake.vecs[chain[:-1]]).all()  # row j is the state after tokens[j]
+    assert a.tokens[:7].tolist() == [chain[j + 1:j + 4] for j in range(7)]
+    # the broken text: the first label is still the target's pick after the text's token; the next
+    # waits until the text agrees with the target again
+    x = broken[5]
+    assert fake.perm[x] != broken[6]  # the text does not happen to rejoin a chain at once
+    assert b.tokens[3].tolist() == [broken[4], fake.perm[broken[4]], -1]
+    assert b.tokens[4].tolist() == [x, fake.perm[x], -1]
+    assert b.tokens[5].tolist() == [chain[6], chain[7], chain[8]]
+    only = collect_text(fake, iter([(1, broken)]), ["a", "b"], 2, deadline=time.monotonic() + 60, picked_only=True)
+    # medusa: only rows whose `last` is the target's own pick (not rows 4 and 5)
+    assert only.tokens[:, 0].tolist() == [broken[j + 1] for j in (0, 1, 2, 3, 6, 7, 8)]
+
+
+def test_the_vocabulary_is_cut_to_the_round_time_bound(monkeypatch):
+    from specgen.heads import fit
+
+    monkeypatch.setattr(fit, "_one_row_pass", lambda engine: 0.010)
+    monkeypatch.setattr(fit, "time_heads", lambda h, d: 1e-6 * len(h.ids))  # a head's step grows with the vocabulary
+    o = opts(vocab=2048, n_heads=4, round_share=0.10)  # a round of 4 heads within 1 ms: at most 250 ids
+    size, pass_s, round_s = fit.vocab_for_time(HiddenFake(), o, 5000)
+    assert size <= 250 and size / 0.8 > 250 and round_s == pytest.approx(4e-6 * size) and pass_s == 0.010
+    assert fit.vocab_for_time(HiddenFake(), opts(vocab=2048, round_share=0.0), 5000)[0] == 2048  # no bound
+    assert fit.vocab_for_time(HiddenFake(), opts(vocab=2048), 300)[0] <= 300  # never more ids than labels
+
+
+def test_forced_text_never_holds_a_held_out_seed():
+    from specgen.heads.fit import forced_corpus, held_out
+
+    seeds = [("g", f"passage {i}") for i in range(10)] + [("docs", "x")]
+    held = held_out(seeds)
+    assert held == {"passage 4", "passage 9"}  # every fifth; a group of one holds none out
+    assert {t for _, t in forced_corpus(["a file"], seeds)} == {t for _, t in seeds} - held
+    library = forced_corpus([], builtin_seeds())
+    assert {g for g, _ in library} == {"docs", "source"} and len(library) > 100
+    docs_held = {t for g, t in builtin_seeds() if g == "docs"} & held_out(builtin_seeds())
+    assert docs_held and not any(t.strip().startswith(h) for _, t in library for h in docs_held)
+
+
 def test_choose_vocab_keeps_the_frequent_labels_and_reports_their_mass():
     ids, covered = choose_vocab(np.array([[5, 5, 7], [5, 9, -1], [7, 7, 5]]), 2)
     assert ids.tolist() == [5, 7] and covered == pytest.approx(7 / 8)
@@ -162,6 +224,26 @@ def test_training_on_a_fake_target_learns_its_chain(target, tmp_path, kind):
     draft = h.draft(fake.vecs[last], fake.perm[last], 3)  # hidden of the row whose input was `last`
     want = np.stack([fake.perm[fake.perm[last]], fake.perm[fake.perm[fake.perm[last]]]], 1)
     assert (draft[:, :2] == want).mean() >= 0.75
+
+
+def test_forced_text_is_trained_beside_the_generated(target, tmp_path):
+    fake = HiddenFake()
+    chain = [7]
+    for _ in range(40):
+        chain.append(int(fake.perm[chain[-1]]))
+    # text files whose characters (mod V, the fake's tokenizer) follow the target's chain
+    files = []
+    for i in range(3):
+        f = tmp_path / f"t{i}.txt"
+        f.write_text("\n\n".join("".join(chr(64 + (t - 64) % V) for t in chain[j:j + 12]) for j in range(0, 25, 3)))
+        files.append(f)
+    both = train_heads(HiddenFake(), target, opts(text_share=0.5), texts=files, out=tmp_path / "a.npz")
+    info = load_heads(tmp_path / "a.npz", None).info
+    assert info["text_examples"] > 0 and both.held_out > 0  # held out: generated continuations only
+    assert both.examples > info["text_examples"]  # generated ones too
+    none = train_heads(HiddenFake(), target, opts(), texts=files, out=tmp_path / "b.npz")  # the default: none
+    assert load_heads(tmp_path / "b.npz", None).info["text_examples"] == 0 and none.examples > 0
+    assert info["timing"]["heads_round_ms"] > 0 and info["timing"]["target_pass_ms"] >= 0  # the fake passes in µs
 
 
 def test_the_best_checked_weights_are_kept(target, tmp_path):
@@ -283,15 +365,17 @@ def test_the_cli_trains_shows_and_refuses(target, tmp_path, monkeypatch, capsys)
     out = tmp_path / "h.npz"
     with pytest.raises(SystemExit) as e:
         main(["heads", "train", "-m", str(target), "--n-heads", "2", "--vocab", "32", "--width", "8",
-              "--minutes", "0.03", "--seqs", "2", "-o", str(out), "--json"])
+              "--minutes", "0.03", "--seqs", "2", "--text-share", "0.5", "-o", str(out), "--json"])
     assert e.value.code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["n_heads"] == 2 and summary["path"] == str(out)
+    assert summary["text_examples"] > 0 and summary["timing"]["round_share"] == 0.10
     with pytest.raises(SystemExit) as e:
         main(["heads", "show", str(out)])
     shown = capsys.readouterr().out
     assert e.value.code == 0 and "hydra" in shown and target_identity(target) in shown
     assert "best_step: " in shown  # the check whose weights were kept
+    assert f"text_examples: {summary['text_examples']}" in shown and "for a one-row target pass (bound 10%)" in shown
     out.write_bytes(b"junk")
     with pytest.raises(SystemExit) as e:
         main(["heads", "show", str(out)])
@@ -300,6 +384,10 @@ def test_the_cli_trains_shows_and_refuses(target, tmp_path, monkeypatch, capsys)
     with pytest.raises(SystemExit) as e:
         main(["heads", "train", "-m", str(target), "--kind", "eagle"])
     assert e.value.code == 2 and "--kind" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["heads", "train", "-m", str(target), "--text-share", "1.5"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "--text-share" in err
 
 
 class _Closable(HiddenFake):

@@ -18,7 +18,7 @@ from specgen.drafters.build import build_drafter
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
-from specgen.drafters.heads import time_heads
+from specgen.heads.model import time_heads
 from specgen.session import DEFAULT_DRAFT_MAX, Session, open_heads
 
 

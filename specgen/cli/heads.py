@@ -16,7 +16,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=N
                   help="Prediction heads (Medusa-1, Hydra) over the target's own hidden state: train, show.")
 
 TextsArg = Annotated[list[Path] | None, typer.Argument(
-    help="Text files whose passages seed the target's own continuations (default: built-in seed prompts).",
+    help="Text files whose passages seed the target's own continuations and are read teacher-forced (default: built-in seed prompts; Python's reference and standard library).",
     show_default=False)]
 OutOpt = Annotated[Path | None, typer.Option("-o", "--out", help="Heads file (default: specgen's cache, heads/<target>.npz).")]
 
@@ -69,16 +69,20 @@ def train(
     width: Annotated[int, typer.Option("--width", help="Each head's hidden width.")] = 256,
     minutes: Annotated[float, typer.Option("--minutes", help="Time budget for data and training together.")] = 15.0,
     seqs: Annotated[int, typer.Option("--seqs", help="Sequences generated at once while collecting data.")] = 16,
+    text_share: Annotated[float, typer.Option("--text-share", help="Share of the data time spent reading text teacher-forced (the files, else Python's reference and standard library); the rest generates.")] = 0.0,
+    round_share: Annotated[float, typer.Option("--round-share", help="Cut the vocabulary until a round of all heads costs at most this share of a one-row target pass (0: --vocab alone).")] = 0.10,
     resume: Annotated[bool, typer.Option("--resume", help="Continue training the heads file (same kind, heads and vocabulary).")] = False,
     out: OutOpt = None,
     threads: ThreadsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Train heads over the frozen target on its own continuations (self-distillation), in numpy."""
+    """Train heads over the frozen target on its own outputs (self-distillation), in numpy: its continuations
+    of seed prompts, and its predictions over text read in one pass."""
     from specgen.heads.fit import TrainOptions, check_options, open_target, train_heads
     from specgen.models.registry import resolve_model
 
-    opts = TrainOptions(kind=kind, n_heads=n_heads, vocab=vocab, width=width, minutes=minutes, n_seq=seqs)
+    opts = TrainOptions(kind=kind, n_heads=n_heads, vocab=vocab, width=width, minutes=minutes, n_seq=seqs,
+                        text_share=text_share, round_share=round_share)
     check_options(opts)
     path = resolve_model(model)
     con = render.stderr_console()
@@ -95,7 +99,11 @@ def train(
     stop = " (interrupted: saved what was trained)" if s.interrupted else ""
     con.print(f"{s.kind} heads ×{s.n_heads} for {s.target}: held-out top-1 per head {top or '-'} "
               f"({s.held_out} examples); vocabulary {s.vocab} covering {s.covered:.1%} of labels; "
-              f"{s.examples} training examples, {s.steps} steps, {s.seconds:.0f} s{stop}", soft_wrap=True)
+              f"{s.examples} training examples ({s.text_examples} from text), {s.steps} steps, {s.seconds:.0f} s{stop}",
+              soft_wrap=True)
+    if s.timing:
+        con.print(f"a round of the heads: {s.timing['heads_round_ms']:.2f} ms, "
+                  f"{s.timing['heads_round_ms'] / s.timing['target_pass_ms']:.1%} of a one-row target pass", soft_wrap=True)
     con.print(str(s.path), soft_wrap=True)
 
 
@@ -118,13 +126,19 @@ def show(
     data = {"file": str(file), "target": h.target, "kind": h.kind, "heads": h.n_heads, "width": h.width,
             "vocab": len(h.ids), "n_vocab": h.n_vocab, "covered": i.get("covered"), "examples": i.get("examples"),
             "held_out": i.get("held_out"), "steps": i.get("steps"), "best_step": i.get("best_step"), "runs": i.get("runs"),
+            "text_examples": i.get("text_examples"), "timing": i.get("timing"),
             "top1": held.get("top1"), "top1_per_group": held.get("per_group", {}),
             "bytes": Path(file).stat().st_size}
     if json_out:
         sys.stdout.write(json.dumps(data) + "\n")
         return
     lines = [f"{key:>10}: {data[key]}" for key in ("file", "target", "kind", "heads", "width", "vocab", "n_vocab",
-                                                     "covered", "examples", "held_out", "steps", "best_step", "runs", "bytes")]
+                                                     "covered", "examples", "text_examples", "held_out", "steps",
+                                                     "best_step", "runs", "bytes")]
+    if data["timing"]:
+        t = data["timing"]
+        lines.append(f"{'round':>10}: {t['heads_round_ms']:.2f} ms of {t['target_pass_ms']:.2f} ms for a one-row target pass "
+                     f"(bound {t['round_share']:.0%})")
     lines.append(f"{'top-1':>10}: " + _heads_line(data["top1"]))
     lines += [f"{group:>10}: " + _heads_line(accs) for group, accs in sorted(data["top1_per_group"].items())]
     sys.stdout.write("\n".join(lines) + "\n")

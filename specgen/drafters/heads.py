@@ -86,26 +86,3 @@ class HeadsDrafter(Drafter):
             # the round's whole time, per head run: the policy prices a head's step from it
             out[i].steps, out[i].step_s = ks[b], dt
         return out
-
-
-def time_heads(heads, n_embd: int, k: int | None = None, repeats: int = 5) -> float:
-    """Seconds of one head's step (a round of k heads over one sequence ÷ k, the
-    fastest of `repeats`), timed on a random hidden row: the cost policy's
-    figure for a heads' draft step before it has timed real rounds."""
-    k = min(k or heads.n_heads, heads.n_heads)
-    if k <= 0:
-        return 0.0
-    rng = np.random.default_rng(0)
-    h = rng.standard_normal((1, n_embd)).astype(np.float32)
-    last = np.array([int(heads.ids[0])], dtype=np.int64)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        state = heads.begin(h, last)
-        for j in range(k):
-            logits, state = heads.step(state, j)
-            tok = np.asarray(heads.ids, dtype=np.int64)[np.argmax(logits, axis=1)]
-            if j + 1 < k:
-                state = heads.advance(state, tok)
-        best = min(best, time.perf_counter() - t)
-    return best / k

@@ -5,6 +5,13 @@ decode, mostly greedily with a sampled token now and then for diversity. Each
 step yields the row the heads need: the hidden state that picked the token.
 Labels are the target's own greedy choices; a head whose label (or a token
 before it) was sampled has no label there.
+
+Teacher-forced text (`collect_text`) is the cheaper source: one pass over a
+chunk of text scores every row at once. The text's token after a row stands
+for the drafting round's `last` (as a sampled pick does while generating), and
+head i is labelled with the target's own argmax i rows on, while the text
+between agrees with the target's argmax (the same rule as above, the text in
+the place of the generated tokens).
 """
 
 from __future__ import annotations
@@ -112,6 +119,83 @@ def examples(seq: Seq, n_heads: int) -> tuple[np.ndarray, np.ndarray]:
             toks[j, i + 1] = g[k]
     keep = toks[:, 1] >= 0
     return np.asarray(seq.rows[:n], dtype=np.float32)[keep], toks[keep]
+
+
+TEXT_TURN = "Write a passage of text or code."  # the user turn before teacher-forced text, for a chat model
+
+
+def text_prefix(engine) -> list[int]:
+    """What each teacher-forced chunk starts with: a chat model's one turn (`TEXT_TURN`), so the text
+    stands where its replies do; else the tokens the model starts any text with (BOS, if any)."""
+    from specgen.apps.chat import format_for, one_turn
+
+    if engine.chat_template():
+        return one_turn(format_for(engine), engine, TEXT_TURN)
+    return engine.tokenize("", add_special=True)
+
+
+def forced_labels(tokens: Sequence[int], picks: np.ndarray, n_heads: int) -> np.ndarray:
+    """(T - 1, n_heads + 1) tokens of a teacher-forced chunk: row j (the state after tokens[j]) has
+    last = tokens[j + 1]; head i is labelled picks[j + i] (the target's argmax after tokens[j + i])
+    while tokens[j + m + 1] == picks[j + m] for every 1 <= m < i; -1 past that, or past the chunk."""
+    t = np.asarray(tokens, dtype=np.int64)
+    picks = np.asarray(picks, dtype=np.int64)
+    n = len(t) - 1
+    out = np.full((max(n, 0), n_heads + 1), -1, dtype=np.int32)
+    if n <= 0:
+        return out
+    out[:, 0] = t[1:]
+    agree = np.append(t[1:] == picks[:-1], False)  # agree[r]: the text's next token is the target's pick at r
+    j = np.arange(n)
+    ok = np.ones(n, dtype=bool)
+    for i in range(1, n_heads + 1):
+        k = j + i
+        if i > 1:
+            ok &= agree[np.minimum(k - 1, n)]
+        ok &= k <= n
+        out[ok, i] = picks[k[ok]]
+    return out
+
+
+def text_chunks(engine, texts: Sequence[tuple[int, str]], n_tokens: int, prefix: Sequence[int],
+                rng: np.random.Generator, max_chars: int = 60_000):
+    """(group, tokens) chunks of `texts` ((group, text), in random order): `prefix` then at most
+    n_tokens - len(prefix) tokens of the text; a text is tokenized only when its turn comes (its
+    first `max_chars` characters)."""
+    room = max(n_tokens - len(prefix), 2)
+    for i in rng.permutation(len(texts)):
+        group, text = texts[i]
+        toks = engine.tokenize(text[:max_chars], add_special=False, parse_special=False)
+        for a in range(0, len(toks) - 1, room):
+            yield group, [*prefix, *toks[a:a + room]]
+
+
+def collect_text(engine, chunks, groups: list[str], n_heads: int, *, deadline: float, seq: int = 0,
+                 picked_only: bool = False, max_examples: int | None = None,
+                 on_step: Callable[[int], None] | None = None) -> Samples:
+    """Teacher-forced samples: each (group, tokens) chunk in one decode of sequence `seq` with every row
+    out (logits and hidden states), until `deadline`, `max_examples` or the chunks end. `picked_only`
+    keeps only rows whose `last` is the target's own pick (heads that do not see `last`, medusa: at a
+    greedy round it always is)."""
+    parts, made = [], 0
+    for group, toks in chunks:
+        if time.monotonic() >= deadline or (max_examples is not None and made >= max_examples):
+            break
+        if len(toks) < 2:
+            continue
+        engine.truncate(seq, 0)
+        picks = np.argmax(engine.decode_batch([(seq, toks, len(toks))])[0], axis=1)
+        labels = forced_labels(toks, picks, n_heads)
+        keep = labels[:, 1] >= 0
+        if picked_only:
+            keep &= labels[:, 0] == picks[:-1]
+        rows = np.stack([engine.hidden_at(seq, p) for p in range(len(toks) - 1)]).astype(np.float32)
+        parts.append((rows[keep], labels[keep], np.full(int(keep.sum()), group, np.int32)))
+        made += int(keep.sum())
+        if on_step:
+            on_step(made)
+    engine.truncate(seq, 0)
+    return _samples(parts, groups, engine.n_embd, n_heads)
 
 
 def pick(row: np.ndarray, rng: np.random.Generator, kick: float, top_k: int = 40) -> tuple[int, bool]:

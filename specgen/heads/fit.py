@@ -17,7 +17,15 @@ from pathlib import Path
 import numpy as np
 
 from specgen.errors import SpecgenError
-from specgen.heads.collect import collect, output_rows, prompt_tokens, seeds_from_files
+from specgen.heads.collect import (
+    collect,
+    collect_text,
+    output_rows,
+    prompt_tokens,
+    seeds_from_files,
+    text_chunks,
+    text_prefix,
+)
 from specgen.heads.model import (
     KINDS,
     Heads,
@@ -26,7 +34,7 @@ from specgen.heads.model import (
     save_heads,
     target_identity,
 )
-from specgen.heads.seeds import builtin_seeds
+from specgen.heads.seeds import builtin_seeds, library_text
 from specgen.heads.train import (
     Samples,
     Trainer,
@@ -37,6 +45,7 @@ from specgen.heads.train import (
     load_samples,
     save_samples,
 )
+from specgen.heads.model import time_heads
 
 
 @dataclass
@@ -52,6 +61,11 @@ class TrainOptions:
     weight_decay: float = 0.0  # AdamW's, on the heads' matrices
     check_every: int = 50  # minibatches between held-out checks (the best check's weights are kept)
     check_rows: int = 1024  # held-out rows a check scores
+    text_share: float = 0.0  # of the data time: teacher-forced passes over text (the rest: generation); off:
+    #                          the same minutes of generation trained better heads (docs/notes/2026-12-02-heads-text.md)
+    text_tokens: int = 256  # rows of one teacher-forced pass
+    round_share: float = 0.10  # the vocabulary is cut until a round of every head costs at most this share of a
+    #                            one-row target pass (timed at the start of training); 0: --vocab alone
     n_seq: int = 16  # sequences generated at once
     gen_tokens: int = 160  # tokens generated per seed
     prompt_tokens: int = 192  # a seed's last tokens kept
@@ -89,6 +103,8 @@ class Summary:
     heldout: dict
     interrupted: bool
     resumed: bool
+    text_examples: int = 0  # of `examples`, those read teacher-forced from text
+    timing: dict | None = None  # the round-time bound's figures (heads_round_ms, target_pass_ms, round_share)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -101,14 +117,17 @@ def check_options(o: TrainOptions) -> None:
         raise SpecgenError("--n-heads must be between 1 and 8")
     if o.vocab < 16 or o.width < 1 or o.minutes <= 0 or o.batch < 1 or o.n_seq < 1:
         raise SpecgenError("--vocab >= 16, --width >= 1, --minutes > 0, --batch >= 1 and --seqs >= 1, please")
+    if not 0 <= o.text_share <= 1 or not 0 <= o.round_share <= 1 or o.text_tokens < 8:
+        raise SpecgenError("--text-share and --round-share between 0 and 1, and --text-tokens >= 8, please")
 
 
 def open_target(path, opts: TrainOptions, n_threads: int | None = None):
     """The target with hidden rows on, room for opts.n_seq sequences of a prompt and its continuation."""
     from specgen.engine.llama import Engine
 
-    n_ctx = opts.n_seq * (opts.prompt_tokens + opts.gen_tokens + 8)
-    return Engine(path, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=opts.n_seq, kv_unified=True, hidden=True)
+    n_ctx = max(opts.n_seq * (opts.prompt_tokens + opts.gen_tokens + 8), opts.text_tokens + 64)
+    return Engine(path, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=opts.n_seq, kv_unified=True, hidden=True,
+                  n_batch=max(512, opts.text_tokens))
 
 
 def split_prompts(engine, seeds: Sequence[tuple[str, str]], opts: TrainOptions, rng):
@@ -119,16 +138,13 @@ def split_prompts(engine, seeds: Sequence[tuple[str, str]], opts: TrainOptions, 
 
     fmt = format_for(engine) if engine.chat_template() else None
     groups = sorted({g for g, _ in seeds})
-    by_group: dict[str, list[str]] = {g: [] for g in groups}
-    for g, text in seeds:
-        by_group[g].append(text)
+    held = held_out(seeds)
     prompts = []
     for gi, g in enumerate(groups):
-        texts = by_group[g]
-        for j, text in enumerate(texts):
+        for text in [t for sg, t in seeds if sg == g]:
             toks = prompt_tokens(engine, text, fmt, opts.prompt_tokens)
             if toks:
-                prompts.append((gi, toks, len(texts) >= 2 and j % 5 == min(4, len(texts) - 1)))
+                prompts.append((gi, toks, text in held))
     if not prompts:
         raise SpecgenError("no seed prompt has any tokens")
     train = [prompts[i] for i in rng.permutation(len(prompts)) if not prompts[i][2]]
@@ -138,6 +154,56 @@ def split_prompts(engine, seeds: Sequence[tuple[str, str]], opts: TrainOptions, 
         mixed += train[:4] + held[:1]
         train, held = train[4:], held[1:]
     return mixed, groups
+
+
+def held_out(seeds: Sequence[tuple[str, str]]) -> set[str]:
+    """The seeds held out: every fifth of each group, by position (a group of fewer than two holds none out)."""
+    by_group: dict[str, list[str]] = {}
+    for g, text in seeds:
+        by_group.setdefault(g, []).append(text)
+    return {text for texts in by_group.values() if len(texts) >= 2
+            for j, text in enumerate(texts) if j % 5 == min(4, len(texts) - 1)}
+
+
+def forced_corpus(texts: Sequence, seeds: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The text read teacher-forced: the given files' passages (the seeds), else the library's text;
+    never a text that begins with a held-out seed, so the held-out check stays unseen."""
+    corpus = list(seeds) if texts else library_text()
+    held = held_out(seeds)
+    return [(g, t) for g, t in corpus if not any(t.strip().startswith(h) for h in held)]
+
+
+def vocab_for_time(engine, opts: TrainOptions, n_labels: int) -> tuple[int, float, float]:
+    """(vocabulary size, one-row target pass s, heads round s at that size): the largest size, at most
+    min(opts.vocab, n_labels), whose round of opts.n_heads heads (random weights, `time_heads`) costs at
+    most opts.round_share of a one-row pass of `engine` (the median of a few, on a spare sequence)."""
+    from specgen.heads.train import init_heads as _init
+
+    cap = max(min(opts.vocab, n_labels), 1)
+    pass_s = _one_row_pass(engine)
+    rng = np.random.default_rng(0)
+    d = engine.n_embd
+    size = cap
+    while True:
+        h = _init(opts.kind, opts.n_heads, np.arange(size), rng.standard_normal((size, d)).astype(np.float32),
+                  max(engine.n_vocab, size), "timing", opts.width, 1.0)
+        round_s = time_heads(h, d) * opts.n_heads
+        if opts.round_share <= 0 or round_s <= opts.round_share * pass_s or size <= 64:
+            return size, pass_s, round_s
+        size = max(64, int(size * 0.8))
+
+
+def _one_row_pass(engine, n: int = 9) -> float:
+    seq = engine.n_seq_max - 1
+    engine.truncate(seq, 0)
+    engine.decode_batch([(seq, [1] * 8, 1)])
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        engine.decode_batch([(seq, [1], 1)])
+        times.append(time.perf_counter() - t)
+    engine.truncate(seq, 0)
+    return float(np.median(times))
 
 
 def held_rows(train: Samples, held: Samples, share: float = 0.2) -> tuple[Samples, Samples]:
@@ -164,6 +230,8 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
     seeds = seeds_from_files(texts) if texts else builtin_seeds()
     rng = np.random.default_rng(opts.seed + (int(old.info.get("runs", 0)) if old else 0))
     prompts, groups = split_prompts(engine, seeds, opts, rng)
+    corpus = forced_corpus(texts, seeds) if opts.text_share > 0 else []
+    groups = groups + sorted({g for g, _ in corpus} - set(groups))
     report = on_progress or (lambda p: None)
     last_note = [0.0]
 
@@ -174,9 +242,22 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
             report(Progress("data", now - t0, budget, made))
 
     t_data = clock()
+    data_end = t0 + budget * opts.data_share
+    forced, n_forced = None, 0
+    if corpus:
+        chunks = text_chunks(engine, [(groups.index(g), t) for g, t in corpus], opts.text_tokens,
+                             text_prefix(engine), rng)
+        cap = None if opts.max_examples is None else int(opts.max_examples * opts.text_share)
+        forced = collect_text(engine, chunks, groups, opts.n_heads, picked_only=opts.kind == "medusa",
+                              max_examples=cap, on_step=data_step,
+                              deadline=t_data + (data_end - t_data) * opts.text_share)
+        n_forced = len(forced)
+    rest = None if opts.max_examples is None else max(opts.max_examples - n_forced, 1)
     train, held = collect(engine, prompts, groups, opts.n_heads, gen_tokens=opts.gen_tokens,
-                          deadline=t0 + budget * opts.data_share, rng=rng, kick=opts.kick,
-                          max_examples=opts.max_examples, on_step=data_step)
+                          deadline=data_end, rng=rng, kick=opts.kick, max_examples=rest,
+                          on_step=lambda made: data_step(n_forced + made))
+    if n_forced:
+        train = _join(forced, train)
     data_s = max(clock() - t_data, 1e-9)
     tokens_per_min = (len(train) + len(held)) / data_s * 60.0
     store = out.with_name(out.stem + ".data.npz")
@@ -187,8 +268,13 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
     train, held = held_rows(train, held)
     if len(train) < 2:
         raise SpecgenError(f"too little training data ({len(train)} examples): raise --minutes")
+    timing = None
     if old is None:
-        ids, _ = choose_vocab(train.tokens[:, 1:], opts.vocab)
+        lab = train.tokens[:, 1:]
+        size, pass_s, round_s = vocab_for_time(engine, opts, len(np.unique(lab[lab >= 0])))
+        timing = {"target_pass_ms": round(1000 * pass_s, 4), "heads_round_ms": round(1000 * round_s, 4),
+                  "round_share": opts.round_share}
+        ids, _ = choose_vocab(lab, size)
         h_rms = float(np.sqrt(np.mean(train.hidden.astype(np.float64) ** 2)))
         heads = init_heads(opts.kind, opts.n_heads, ids, output_rows(model_path, ids), engine.n_vocab,
                            identity, opts.width, h_rms, seed=opts.seed)
@@ -224,13 +310,15 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
             "heldout": result, "steps": int(prev.get("steps", 0)) + steps, "runs": int(prev.get("runs", 0)) + 1,
             "seeds": "files" if texts else "built-in", "groups": groups, "width": heads.width,
             "best_step": int(prev.get("steps", 0)) + (best.step if best.params is not None else steps),
-            "weight_decay": opts.weight_decay,
+            "weight_decay": opts.weight_decay, "text_examples": n_forced + int(prev.get("text_examples", 0)),
+            "timing": timing or prev.get("timing"),
             "tokens_per_min": round(tokens_per_min, 1)}
     trained = trainer.to_heads(info)
     save_heads(trained, out)
     return Summary(str(out), identity, trained.kind, trained.n_heads, len(trained.ids), covered, len(train),
                    len(held), steps, round(clock() - t0, 2), round(steps * min(opts.batch, len(train)) / train_s, 1),
-                   round(tokens_per_min, 1), result, interrupted, old is not None)
+                   round(tokens_per_min, 1), result, interrupted, old is not None,
+                   text_examples=int(info["text_examples"]), timing=info["timing"])
 
 
 class _Best:

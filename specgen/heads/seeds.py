@@ -4,6 +4,8 @@ never saw. A test keeps the two sets apart."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 SEEDS: dict[str, tuple[str, ...]] = {
     "code": (
         "Write a Python function that returns the n-th Fibonacci number iteratively.\n\n```python\n",
@@ -84,6 +86,30 @@ def library_seeds(chars: int = 600) -> list[tuple[str, str]]:
         passage = text[: cut if cut > chars // 3 else chars].strip()
         if passage and ("docs", passage) not in out:  # two topics can open alike
             out.append(("docs", passage))
+    return out
+
+
+def library_text() -> list[tuple[str, str]]:
+    """("docs" | "source", text) for teacher-forced training when no files are given: every topic of
+    the Python reference (`pydoc_data.topics`, about 465,000 characters of prose and code) and the
+    source of the standard library's top-level modules, all of it on any machine that has Python."""
+    import sysconfig
+
+    out = []
+    try:
+        from pydoc_data.topics import topics
+
+        out += [("docs", topics[name]) for name in sorted(topics) if topics[name].strip()]
+    except ImportError:
+        pass
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(lib.glob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.strip():
+            out.append(("source", text))
     return out
 
 
