@@ -33,6 +33,7 @@ from specgen.heads.model import (
     load_heads,
     save_heads,
     target_identity,
+    time_heads,
 )
 from specgen.heads.seeds import builtin_seeds, library_text
 from specgen.heads.train import (
@@ -45,7 +46,6 @@ from specgen.heads.train import (
     load_samples,
     save_samples,
 )
-from specgen.heads.model import time_heads
 
 
 @dataclass
@@ -117,8 +117,10 @@ def check_options(o: TrainOptions) -> None:
         raise SpecgenError("--n-heads must be between 1 and 8")
     if o.vocab < 16 or o.width < 1 or o.minutes <= 0 or o.batch < 1 or o.n_seq < 1:
         raise SpecgenError("--vocab >= 16, --width >= 1, --minutes > 0, --batch >= 1 and --seqs >= 1, please")
-    if not 0 <= o.text_share <= 1 or not 0 <= o.round_share <= 1 or o.text_tokens < 8:
-        raise SpecgenError("--text-share and --round-share between 0 and 1, and --text-tokens >= 8, please")
+    if not 0 <= o.text_share <= 1 or not 0 <= o.round_share <= 1:
+        raise SpecgenError("--text-share and --round-share must be between 0 and 1")
+    if o.text_tokens < 8:
+        raise SpecgenError("text_tokens must be at least 8")
 
 
 def open_target(path, opts: TrainOptions, n_threads: int | None = None):
@@ -177,15 +179,13 @@ def vocab_for_time(engine, opts: TrainOptions, n_labels: int) -> tuple[int, floa
     """(vocabulary size, one-row target pass s, heads round s at that size): the largest size, at most
     min(opts.vocab, n_labels), whose round of opts.n_heads heads (random weights, `time_heads`) costs at
     most opts.round_share of a one-row pass of `engine` (the median of a few, on a spare sequence)."""
-    from specgen.heads.train import init_heads as _init
-
     cap = max(min(opts.vocab, n_labels), 1)
     pass_s = _one_row_pass(engine)
     rng = np.random.default_rng(0)
     d = engine.n_embd
     size = cap
     while True:
-        h = _init(opts.kind, opts.n_heads, np.arange(size), rng.standard_normal((size, d)).astype(np.float32),
+        h = init_heads(opts.kind, opts.n_heads, np.arange(size), rng.standard_normal((size, d)).astype(np.float32),
                   max(engine.n_vocab, size), "timing", opts.width, 1.0)
         round_s = time_heads(h, d) * opts.n_heads
         if opts.round_share <= 0 or round_s <= opts.round_share * pass_s or size <= 64:
