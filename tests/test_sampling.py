@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specgen.errors import SpecgenError
-from specgen.rules.sampling import SamplingParams, Support, probs, sample, support
+from specgen.rules.sampling import SamplingParams, Support, probs, sample, support, top_ids
 
 
 def softmax(x):
@@ -56,6 +56,24 @@ def test_nucleus_prefilter_is_exact_on_large_vocab(top_p):
     ref = np.zeros_like(w)
     ref[order[:cut]] = w[order[:cut]]
     assert np.allclose(fast, ref / ref.sum())
+
+
+@pytest.mark.parametrize("case", ["spread", "peaked", "ties at the top", "ties everywhere", "short", "k near n"])
+def test_top_ids_are_the_k_largest(case):
+    """top_ids' cut by a sample's floor keeps the row's own k largest: the same values as a
+    whole-row partition, on rows where the sample misleads (ties, a few peaks, short rows)."""
+    rng = np.random.default_rng(1)
+    n, k = (262_144, 40) if case not in ("short", "k near n") else (300, 40) if case == "short" else (2000, 490)
+    x = (rng.standard_normal(n) * 3).astype(np.float32)
+    if case == "peaked":
+        x[rng.integers(n, size=25)] += 40.0  # fewer peaks than k, none where the sample looks
+    elif case == "ties at the top":
+        x[rng.integers(n, size=5000)] = x.max()
+    elif case == "ties everywhere":
+        x = np.round(x).astype(np.float32)
+    got = top_ids(x, k)
+    assert len(got) == k == len(set(got.tolist()))
+    assert np.array_equal(np.sort(x[got]), np.sort(x)[-k:])
 
 
 def test_sample_follows_distribution():

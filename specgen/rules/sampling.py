@@ -17,6 +17,8 @@ import numpy as np
 # Candidates kept before an exact nucleus search when top-k is off: a full
 # sort of a 262k vocabulary costs ~15 ms, a partition ~1 ms.
 _NUCLEUS_PREFILTER = 1024
+# top-k's sample of a long row: every 16th entry (`top_ids`)
+_TOP_STRIDE = 16
 
 
 @dataclass(frozen=True)
@@ -73,18 +75,35 @@ def probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return support(logits, params).dense()
 
 
+def top_ids(x: np.ndarray, k: int) -> np.ndarray:
+    """The ids of the k largest entries of x, in no order (as `np.argpartition`'s top k).
+
+    A long row is first cut to the entries at least as large as the k-th largest
+    of every _TOP_STRIDE-th entry: at least k entries pass (that sample's top k
+    do), so the row's own top k are among them, and only they are partitioned
+    (a 262k row: ~0.5 ms, against ~2 ms partitioning it whole)."""
+    n = x.shape[0]
+    sub = x[::_TOP_STRIDE]
+    if len(sub) > 4 * k:
+        floor = np.partition(sub, len(sub) - k)[len(sub) - k]
+        cand = np.flatnonzero(x >= floor)
+        if len(cand) < n // 4:  # many ties at the floor gain nothing: partition the row
+            return cand[np.argpartition(x[cand], len(cand) - k)[len(cand) - k :]] if len(cand) > k else cand
+    return np.argpartition(x, n - k)[n - k :]
+
+
 def support(logits: np.ndarray, params: SamplingParams) -> Support:
     """`probs` as the tokens it keeps and their probabilities (the same values)."""
-    x = np.asarray(logits, dtype=np.float64)
+    x = np.asarray(logits)
     n = x.shape[0]
     if params.greedy:
         return Support(np.array([int(np.argmax(x))]), np.ones(1), n)
     ascending = not (params.top_k and params.top_k < n)  # cand in id order (no selection yet)
     if not ascending:
-        cand = np.argpartition(x, n - params.top_k)[n - params.top_k :]
+        cand = top_ids(x, params.top_k)
     else:
         cand = np.arange(n)
-    z = x[cand] / params.temperature
+    z = x[cand].astype(np.float64) / params.temperature
     w = np.exp(z - z.max())
     w /= w.sum()
     if params.top_p < 1.0:
