@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from specgen.rules.acceptance import accept_greedy, accept_point_mass, accept_sampled
-from specgen.rules.sampling import sample
+from specgen.rules.acceptance import accept_greedy, accept_point_mass, accept_sampled, prob_at, residual
+from specgen.rules.sampling import Support, sample
 
 VOCAB = 6
 DRAWS = 100_000
@@ -70,6 +70,58 @@ def test_sampled_first_token_is_distributed_as_target(k, case):
     expected = np.minimum(p[0], q[0]).sum()  # Σ min(p, q)
     sigma = np.sqrt(expected * (1 - expected) / DRAWS)
     assert abs(acc - expected) < 5 * sigma
+
+
+def _sparse(rng, n, keep=4):
+    """Dirichlet rows with VOCAB - keep tokens zeroed (different ones per row), as Supports."""
+    out = []
+    for _ in range(n):
+        ids = np.sort(rng.choice(VOCAB, size=keep, replace=False))
+        out.append(Support(ids, rng.dirichlet(np.full(keep, 0.7)), VOCAB))
+    return out
+
+
+def test_supports_give_the_dense_rules_tokens():
+    """Rows as Supports (the tokens they keep) and as dense rows: the same (n, next) for
+    the same generator, draft after draft, rejections (residuals) included."""
+    rng = np.random.default_rng(4)
+    outcomes = set()
+    for t in range(3000):
+        k = 1 + t % 4
+        p, q = _sparse(rng, k + 1), _sparse(rng, k)
+        d = [int(rng.choice(qi.ids, p=qi.probs)) for qi in q]
+        seed = int(rng.integers(1 << 30))
+        sparse = accept_sampled(d, p, q, np.random.default_rng(seed))
+        dense = accept_sampled(d, [x.dense() for x in p], [x.dense() for x in q], np.random.default_rng(seed))
+        mixed = accept_sampled(d, [x.dense() for x in p], q, np.random.default_rng(seed))
+        assert sparse == dense == mixed, (t, sparse, dense, mixed)
+        outcomes.add(sparse[0])
+    assert outcomes == {0, 1, 2, 3, 4}  # rejections at every position, and whole drafts kept
+
+
+def test_residual_of_supports():
+    p = Support(np.array([1, 3, 4]), np.array([0.5, 0.3, 0.2]), 6)
+    q = Support(np.array([0, 3, 4]), np.array([0.2, 0.5, 0.3]), 6)
+    r = residual(p, q)
+    assert list(r.ids) == [1, 3, 4] and np.allclose(r.probs, [0.5, 0.0, 0.0])
+    assert np.allclose(prob_at(q, [0, 1, 4, 5]), [0.2, 0.0, 0.3, 0.0])
+    assert residual(p, p) is p  # nothing left: p itself
+
+
+def test_sparse_first_token_is_distributed_as_target():
+    """The chi-square check of the dense rule, with Supports whose kept tokens differ."""
+    rng = np.random.default_rng(17)
+    p, q = _sparse(rng, 2), _sparse(rng, 1)
+    r = np.random.default_rng(5)
+    firsts = np.empty(DRAWS // 2, dtype=np.int64)
+    for t in range(len(firsts)):
+        d = [int(r.choice(q[0].ids, p=q[0].probs))]
+        n, nxt = accept_sampled(d, p, q, r)
+        firsts[t] = d[0] if n else nxt
+    counts = np.bincount(firsts, minlength=VOCAB)
+    assert counts[np.setdiff1d(np.arange(VOCAB), p[0].ids)].sum() == 0  # nothing outside p's support
+    _, pvalue = chisquare(counts[p[0].ids], len(firsts) * p[0].probs)
+    assert pvalue > 1e-4, (counts, p[0])
 
 
 def test_sampled_bonus_token_follows_last_row():

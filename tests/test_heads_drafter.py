@@ -18,7 +18,7 @@ from specgen.drafters.heads import HeadsDrafter
 from specgen.heads.model import time_heads
 from specgen.drafters.model import DraftModel
 from specgen.policy.base import FixedK
-from specgen.rules.sampling import SamplingParams
+from specgen.rules.sampling import SamplingParams, Support
 
 V = 16
 
@@ -126,6 +126,8 @@ def test_sampled_drafts_carry_q_over_ids():
     out = d.propose([Want(0, [1, 2, 3, 4], 3, params, np.random.default_rng(1))])[0]
     assert len(out.tokens) == len(out.q) == 3
     for tok, q in zip(out.tokens, out.q):
+        assert np.all(np.diff(q.ids) > 0)  # a Support: its ids ascending
+        q = q.dense()
         assert len(q) == V and abs(q.sum() - 1) < 1e-9 and q[tok] > 0
         assert q[np.setdiff1d(np.arange(V), ids)].sum() == 0  # zeros outside ids
         assert tok in ids
@@ -179,7 +181,7 @@ class SquaredQ(HeadsDrafter):
     def propose(self, wants):
         out = super().propose(wants)
         for d in out:
-            d.q = [q ** 2 / (q ** 2).sum() for q in (d.q or [])] if d.q is not None else None
+            d.q = [Support(q.ids, q.probs ** 2 / (q.probs ** 2).sum(), q.n_vocab) for q in d.q] if d.q is not None else None
         return out
 
 

@@ -338,7 +338,8 @@ def test_a_sampling_draft_model_draws_from_q_without_building_its_row_twice(monk
     assert len(d.tokens) == len(d.q) == 4
     prev = 2
     for tok, q in zip(d.tokens, d.q):
-        assert np.array_equal(q, q_after[prev])
-        c = np.cumsum(q)
+        assert isinstance(q, Support) and np.array_equal(q.ids, np.flatnonzero(q_after[prev]))
+        assert np.array_equal(q.probs, q_after[prev][q.ids])
+        c = np.cumsum(q_after[prev])
         assert tok == min(np.searchsorted(c, uniforms.random() * c[-1], side="right"), 11)
         prev = tok

@@ -20,7 +20,7 @@ from specgen.drafters.model import NORMAL_FEED
 from specgen.drafters.base import Draft, Drafter, Want
 from specgen.errors import SpecgenError
 from specgen.policy.base import MODEL_KEY, FixedK, Situation, unused_offer_outcome
-from specgen.rules.sampling import SamplingParams, probs, sample, support
+from specgen.rules.sampling import SamplingParams, sample, support
 
 
 class LazyRows:
@@ -204,9 +204,8 @@ class Generation:
         if self.params.greedy:
             n_acc, nxt = accept_greedy(d, LazyRows(rows, argmax))
         else:
-            # point-mass drafts only draw from the target's rows: their kept tokens suffice
-            dist = probs if draft.q is not None else support
-            p = LazyRows(rows, lambda x: dist(x, self.params))
+            # the target's rows by the tokens they keep: a dense row is never built
+            p = LazyRows(rows, lambda x: support(x, self.params))
             n_acc, nxt = accept_sampled(d, p, draft.q, self.rng)
             for i in range(n_acc + 1):  # the rows the rule emitted from (it computed them)
                 self.policy.target_top(float(p[i].max()))

@@ -7,7 +7,8 @@ context, the last token of which the target has not scored yet, a length k,
 its sampling parameters and rng) and returns one `Draft` each.
 
 `Draft.q` carries, for a drafter that samples, the distribution each token was
-drawn from (rejection sampling needs it); None means the drafter had no
+drawn from (rejection sampling needs it; a `Support` over the target's ids, or
+a dense row); None means the drafter had no
 distribution (a point mass on each proposed token). A draft model also says
 what its proposal cost: the drafting steps proper, and apart from them any
 bulk catch-up of its cache (its prompt prefill, the tokens settled while it sat
@@ -27,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from specgen.rules.sampling import SamplingParams
+from specgen.rules.sampling import SamplingParams, Support
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Want:
 @dataclass
 class Draft:
     tokens: list[int] = field(default_factory=list)
-    q: list[np.ndarray] | None = None
+    q: list[Support | np.ndarray] | None = None  # a Support per token (or a dense row over the target's vocabulary)
     key: int = 0  # groups rounds of alike acceptance for a policy (lookup: match length)
     steps: int = 0  # draft-model passes that produced these tokens
     step_s: float = 0.0  # their time

@@ -10,9 +10,10 @@ position n + i. All sequences drafting in a step go through the heads as one
 
 The heads' logits range over a restricted vocabulary (`heads.ids`, target
 ids). Greedy: each head's argmax. Sampling: the same transforms as a draft
-model's (temperature, top-k, top-p, min-p) over those logits give q, zeros
-outside `ids`, which rides with the draft to rejection sampling, so the
-output stays distributed exactly as the target's.
+model's (temperature, top-k, top-p, min-p) over those logits give q, zero
+outside `ids`, which rides with the draft to rejection sampling (as a
+`Support`: the ids it keeps), so the output stays distributed exactly as the
+target's.
 
 The picks are over the small `ids` and their time is inside the round's
 measured time (`Draft.step_s`, `steps` = heads run), so the loop charges no
@@ -28,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from specgen.drafters.base import Draft, Drafter, Want
-from specgen.rules.sampling import draw, support
+from specgen.rules.sampling import Support, draw, support
 
 
 class HeadsDrafter(Drafter):
@@ -74,10 +75,10 @@ class HeadsDrafter(Drafter):
                 w, d = wants[i], out[i]
                 if not w.params.greedy:
                     kept = support(logits[b], w.params)  # over positions in `ids`
-                    q = np.zeros(self.n_vocab)
-                    q[self.ids[kept.ids]] = kept.probs
                     chosen[b] = self.ids[draw(kept.ids, kept.probs, w.rng, len(self.ids))]
-                    d.q.append(q)
+                    tid = self.ids[kept.ids]
+                    order = np.argsort(tid)  # q by target id, ascending, as a Support keeps them
+                    d.q.append(Support(tid[order], kept.probs[order], self.n_vocab))
                 d.tokens.append(int(chosen[b]))
             if j + 1 < max(ks):
                 state = self.heads.advance(state, chosen)

@@ -10,7 +10,7 @@ import numpy as np
 from specgen.drafters.base import Draft, Drafter, Want
 from specgen.drafters.lookup import PromptLookup
 from specgen.engine.llama import common_prefix
-from specgen.rules.sampling import draw, support
+from specgen.rules.sampling import Support, draw, support
 
 
 NORMAL_FEED = 2  # tokens a draft cache lags after a drafting round: its first draft step feeds them
@@ -75,11 +75,9 @@ class DraftModel(Drafter):
                 if w.params.greedy:
                     tok = int(np.argmax(logits))
                 else:
-                    kept = support(logits, w.params)
-                    q = np.zeros(self.n_target_vocab)
-                    q[kept.ids] = kept.probs  # probs(logits) over the shared ids, zeros beyond
-                    tok = draw(kept.ids, kept.probs, w.rng, len(q))  # sample(q), without its zeros
-                    d.q.append(q)
+                    kept = support(logits, w.params)  # over the shared ids; zero beyond them
+                    tok = draw(kept.ids, kept.probs, w.rng, self.n_target_vocab)  # sample(q), without its zeros
+                    d.q.append(Support(kept.ids, kept.probs, self.n_target_vocab))
                 d.tokens.append(tok)
                 if len(d.tokens) < w.k:  # the last drafted token is never fed
                     feed.append((w.seq, [tok], 1))

@@ -7,7 +7,10 @@ kept and `next_token` (the target's correction, or its bonus token when every
 draft was accepted) follows them. A round therefore settles 1 … k+1 tokens.
 
 Sampled drafts with a distribution q (a draft model of the target's
-vocabulary) keep rejection sampling (accept with min(1, p/q)); point-mass
+vocabulary, prediction heads) keep rejection sampling (accept with
+min(1, p/q)); p and q come as dense rows or as `Support`s (the tokens a
+distribution keeps): with Supports the rule never touches the whole
+vocabulary (a dense 262k row costs milliseconds to build and compare); point-mass
 drafts (q None) are verified by sample-and-compare, which emits, token for
 token, what plain sampling with the same generator emits.
 
@@ -21,7 +24,28 @@ from typing import Sequence
 
 import numpy as np
 
-from specgen.rules.sampling import sample
+from specgen.rules.sampling import Support, sample
+
+
+def prob_at(dist: np.ndarray | Support, ids) -> np.ndarray:
+    """dist's probabilities at `ids` (0 where a Support keeps no such token)."""
+    ids = np.asarray(ids)
+    if not isinstance(dist, Support):
+        return np.asarray(dist, dtype=np.float64)[ids]
+    j = np.minimum(np.searchsorted(dist.ids, ids), len(dist.ids) - 1)
+    return np.where(dist.ids[j] == ids, dist.probs[j], 0.0) if len(dist.ids) else np.zeros(ids.shape)
+
+
+def residual(p: np.ndarray | Support, q: np.ndarray | Support) -> np.ndarray | Support:
+    """max(p − q, 0), the distribution a rejection draws from (unnormalised: the
+    sampler normalises); p itself where nothing is left (p == q up to rounding).
+    A Support p gives a Support over p's own tokens (outside them p − q ≤ 0)."""
+    if isinstance(p, Support):
+        r = np.maximum(p.probs - prob_at(q, p.ids), 0.0)
+        return Support(p.ids, r, p.n_vocab) if r.sum() > 0.0 else p
+    dense_q = q.dense() if isinstance(q, Support) else q
+    r = np.maximum(p - dense_q, 0.0)
+    return r if r.sum() > 0.0 else p
 
 
 def accept_greedy(draft: Sequence[int], target_tokens: Sequence[int]) -> tuple[int, int]:
@@ -47,20 +71,18 @@ def accept_sampled(
     q[i]: the drafter's distribution that draft[i] was sampled from, or None
     for a drafter without one (prompt lookup, suffix, a translated draft): q
     is then a point mass on the drafted token, and `accept_point_mass` applies.
+    Rows dense or `Support`s (the same law, the same tokens for the same uniforms).
     The emitted tokens are distributed exactly as the target's.
     """
     if q is None:
         return accept_point_mass(draft, p, rng)
     for i, d in enumerate(draft):
         p_i = p[i]
-        q_d = float(q[i][d])
+        q_d = float(prob_at(q[i], [d])[0])
         # Accept with probability min(1, p/q), without dividing by q.
-        if rng.random() * q_d < p_i[d]:
+        if rng.random() * q_d < float(prob_at(p_i, [d])[0]):
             continue
-        residual = np.maximum(p_i - q[i], 0.0)
-        if residual.sum() <= 0.0:  # p == q up to rounding: nothing to correct
-            residual = p_i
-        return i, sample(residual, rng)
+        return i, sample(residual(p_i, q[i]), rng)
     return len(draft), sample(p[len(draft)], rng)
 
 
