@@ -177,6 +177,12 @@ def smoke_heads(tmp_path):
                tmp_path, timeout=600))
     assert "open-ended" in p.stdout and "code-edit" in p.stdout and "reformat" not in p.stdout
     assert "% of a pass" in p.stdout and "head-1 acceptance" in p.stdout and "lookup alone" in p.stdout
+def smoke_sampling(tmp_path):
+    """A small vocabulary: every operation timed, the dense and support rows agreeing first."""
+    p = ok(run(["sampling.py", "--rows", "6", "--vocab", "4096", "--repeats", "1"], tmp_path))
+    assert p.stdout.count("(dense ÷ support)") == 3, p.stdout
+
+
 def smoke_pairing(tmp_path):
     p = ok(run(["pairing.py", "--scan-only", "--files", "4"], tmp_path))
     scan = json.loads(p.stdout.splitlines()[-1])["scan"]
@@ -244,6 +250,7 @@ SMOKE = {
     "pairing.py": smoke_pairing,
     "policy.py": smoke_policy,
     "replay.py": smoke_replay,
+    "sampling.py": smoke_sampling,
     "serve_http.py": smoke_serve_http,
     "serve_steps.py": smoke_serve_steps,
     "suffix.py": smoke_suffix,

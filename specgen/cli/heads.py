@@ -66,7 +66,7 @@ def train(
     kind: Annotated[str, typer.Option("--kind", help="medusa (independent heads) or hydra (each head sees the token drafted before it).")] = "hydra",
     n_heads: Annotated[int, typer.Option("--n-heads", help="Heads: tokens drafted per round at most.")] = 4,
     vocab: Annotated[int, typer.Option("--vocab", help="Restricted vocabulary: the most frequent labels, at most this many.")] = 2048,
-    width: Annotated[int, typer.Option("--width", help="Each head's hidden width.")] = 256,
+    width: Annotated[int, typer.Option("--width", help="Each head's hidden width.")] = 128,
     minutes: Annotated[float, typer.Option("--minutes", help="Time budget for data and training together.")] = 15.0,
     seqs: Annotated[int, typer.Option("--seqs", help="Sequences generated at once while collecting data.")] = 16,
     text_share: Annotated[float, typer.Option("--text-share", help="Share of the data time spent reading text teacher-forced (the files, else Python's reference and standard library); the rest generates.")] = 0.0,

@@ -53,7 +53,7 @@ class TrainOptions:
     kind: str = "hydra"
     n_heads: int = 4
     vocab: int = 2048  # restricted vocabulary cap: 4 heads stay near 1 ms a round (docs/notes/2026-12-02-heads-training.md)
-    width: int = 256  # each head's hidden width
+    width: int = 128  # each head's hidden width
     minutes: float = 15.0
     data_share: float = 0.75  # training peaks within a minute or two: the rest of the budget buys data
     batch: int = 256
