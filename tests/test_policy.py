@@ -283,6 +283,23 @@ def test_an_untried_model_drafts_once_while_its_cache_is_in_step():
     assert p.choose_offer(2, 8, 8, Situation(lag=12))[1]  # evidence now: the offer, by its own merit
 
 
+Q4_LIKE = [0.0, 0.0115, 0.0256, 0.0262, 0.0298] + [0.057 + 0.002 * n for n in range(28)]  # a second row costs 1.2 passes
+
+
+def test_an_untried_model_that_declines_leaves_the_round_to_the_offer():
+    """Where rows are dear (a quantized target on a CPU) a model at its prior may not pay
+    for one draft; its first round is then the offer's, weighed as lookup alone weighs it,
+    not a plain step (before: every round until a lucky draw sent the model drafting)."""
+    outcomes = []
+    for seed in range(40):
+        p = CostAware(16, Q4_LIKE, 0.0002, model_prior=(0.42, 4.0), seed=seed)
+        teach(p, 3, 8, 8, 10)  # lookup's 3-gram matches: always accepted
+        outcomes.append(p.choose_offer(3, 8, 4, Situation(lag=0)))
+    assert outcomes.count((0, False)) == 0, outcomes  # an accepted offer is never dropped for a plain step
+    assert sum(take and k >= 4 for k, take in outcomes) >= 30, outcomes
+    assert any(not take and k > 0 for k, take in outcomes), outcomes  # a draw still sends the model drafting once
+
+
 @pytest.mark.parametrize("offer, emitted, outcome", [
     ([5, 6, 7], [5, 6, 9], (3, 2)),  # parts at the third: rejected there
     ([5, 6, 7], [8], (1, 0)),  # the first already differs

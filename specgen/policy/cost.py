@@ -282,7 +282,10 @@ class CostAware(Policy):
         if offered <= 0 or (limit > 0 and situation.lag <= 2 and not self.acceptance(MODEL_KEY).reached):
             # no offer, or the model has not drafted yet and its cache is in
             # step: it drafts once now, while learning what it is worth is cheap
-            return (self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0), False
+            k = self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0
+            if k or offered <= 0:
+                return k, False
+            limit = 0  # the model declines at its prior (its rows cost more than it promises): the offer alone
         if limit <= 0:  # lookup alone: nothing to weigh it against
             return self.choose(key, offered, replace(situation, counts=counts)), True
         # one upward draw for the round, shared by both options: each is scored
