@@ -176,13 +176,32 @@ def test_teacher_forced_text_gives_the_targets_own_chain(target):
 def test_the_vocabulary_is_cut_to_the_round_time_bound(monkeypatch):
     from specgen.heads import fit
 
-    monkeypatch.setattr(fit, "_one_row_pass", lambda engine: 0.010)
-    monkeypatch.setattr(fit, "time_heads", lambda h, d: 1e-6 * len(h.ids))  # a head's step grows with the vocabulary
+    def one_row_pass(engine, n=9, between=None):
+        for _ in range(n if between else 0):
+            between()
+        return 0.010
+
+    monkeypatch.setattr(fit, "_one_row_pass", one_row_pass)
+    monkeypatch.setattr(fit, "time_heads", lambda h, d, repeats: 1e-6 * len(h.ids))  # a head's step grows with the vocabulary
     o = opts(vocab=2048, n_heads=4, round_share=0.10)  # a round of 4 heads within 1 ms: at most 250 ids
     size, pass_s, round_s = fit.vocab_for_time(HiddenFake(), o, 5000)
     assert size <= 250 and size / 0.8 > 250 and round_s == pytest.approx(4e-6 * size) and pass_s == 0.010
     assert fit.vocab_for_time(HiddenFake(), opts(vocab=2048, round_share=0.0), 5000)[0] == 2048  # no bound
     assert fit.vocab_for_time(HiddenFake(), opts(vocab=2048), 300)[0] <= 300  # never more ids than labels
+
+
+def test_the_bound_times_each_round_right_after_a_target_pass(monkeypatch):
+    """The round is timed cold, as the loop meets it: pass, round, pass, round (never rounds back to back)."""
+    from specgen.heads import fit
+
+    calls = []
+    fake = HiddenFake()
+    decode = fake.decode_batch
+    monkeypatch.setattr(fake, "decode_batch", lambda parts: calls.append("pass") or decode(parts), raising=False)
+    monkeypatch.setattr(fit, "time_heads", lambda h, d, repeats: calls.append("round") or 1e-4)
+    h = init_heads("hydra", 2, np.arange(8), np.ones((8, fake.n_embd), np.float32), fake.n_vocab, "t", 4, 1.0)
+    assert fit._round_after_pass(fake, h, n=3) == pytest.approx(2e-4)  # a round of both heads
+    assert calls == ["pass"] + ["pass", "round"] * 3  # the context's 8 tokens first
 
 
 def test_forced_text_never_holds_a_held_out_seed():

@@ -177,8 +177,9 @@ def forced_corpus(texts: Sequence, seeds: Sequence[tuple[str, str]]) -> list[tup
 
 def vocab_for_time(engine, opts: TrainOptions, n_labels: int) -> tuple[int, float, float]:
     """(vocabulary size, one-row target pass s, heads round s at that size): the largest size, at most
-    min(opts.vocab, n_labels), whose round of opts.n_heads heads (random weights, `time_heads`) costs at
-    most opts.round_share of a one-row pass of `engine` (the median of a few, on a spare sequence)."""
+    min(opts.vocab, n_labels), whose round of opts.n_heads heads (random weights) costs at most
+    opts.round_share of a one-row pass of `engine` (the median of a few, on a spare sequence), each
+    round timed right after a target pass (`_round_after_pass`), as the loop meets it."""
     cap = max(min(opts.vocab, n_labels), 1)
     pass_s = _one_row_pass(engine)
     rng = np.random.default_rng(0)
@@ -187,13 +188,14 @@ def vocab_for_time(engine, opts: TrainOptions, n_labels: int) -> tuple[int, floa
     while True:
         h = init_heads(opts.kind, opts.n_heads, np.arange(size), rng.standard_normal((size, d)).astype(np.float32),
                   max(engine.n_vocab, size), "timing", opts.width, 1.0)
-        round_s = time_heads(h, d) * opts.n_heads
+        round_s = _round_after_pass(engine, h)
         if opts.round_share <= 0 or round_s <= opts.round_share * pass_s or size <= 64:
             return size, pass_s, round_s
         size = max(64, int(size * 0.8))
 
 
-def _one_row_pass(engine, n: int = 9) -> float:
+def _one_row_pass(engine, n: int = 9, between=None) -> float:
+    """The median of n one-row passes on a spare sequence; `between()` runs after each, untimed here."""
     seq = engine.n_seq_max - 1
     engine.truncate(seq, 0)
     engine.decode_batch([(seq, [1] * 8, 1)])
@@ -202,8 +204,19 @@ def _one_row_pass(engine, n: int = 9) -> float:
         t = time.perf_counter()
         engine.decode_batch([(seq, [1], 1)])
         times.append(time.perf_counter() - t)
+        if between is not None:
+            between()
     engine.truncate(seq, 0)
     return float(np.median(times))
+
+
+def _round_after_pass(engine, heads, n: int = 7) -> float:
+    """The median of n rounds of every head, each right after a one-row target pass: the pass
+    evicts the heads' weights and output rows from the caches, as it does in the loop, where a
+    round costs about twice `time_heads`'s warm figure (docs/notes/2026-12-03-heads-goals.md)."""
+    rounds: list[float] = []
+    _one_row_pass(engine, n, between=lambda: rounds.append(time_heads(heads, engine.n_embd, repeats=1) * heads.n_heads))
+    return float(np.median(rounds))
 
 
 def held_rows(train: Samples, held: Samples, share: float = 0.2) -> tuple[Samples, Samples]:
