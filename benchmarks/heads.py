@@ -19,6 +19,7 @@ the heads-alone configuration heads:k=K, fixed k, no lookup), and head-1
 acceptance per category (the same configuration: acceptance at draft position 1).
 
   python benchmarks/heads.py --repeats 3 --tokens 96 --threads 2
+  python benchmarks/heads.py --temps 0.8 --seeds 6 --repeats 1 --targets f32   # sampled: more texts, fewer repeats
   python benchmarks/heads.py --requests 1 --tokens 8 --repeats 1 --temps 0 --targets q4km   # a smoke run
 """
 
@@ -58,9 +59,10 @@ def median(xs) -> float:
     return xs[len(xs) // 2] if xs else float("nan")
 
 
-def requests_file(n: int, out: Path, categories: set[str] | None = None) -> Path:
+def requests_file(n: int, out: Path, categories: set[str] | None = None, seeds: int = 1) -> Path:
     """The first n bundled requests of each category, and n open-ended prompts (category open-ended);
-    only `categories` when given."""
+    only `categories` when given; each `seeds` times, with seeds 100, 101, ... (sampled runs: one seed's
+    text is one sample, and a request's speedup swings with whether that text repeats itself)."""
     from specgen.bench.requests import bundled_requests_text
 
     seen: dict[str, int] = {}
@@ -75,6 +77,9 @@ def requests_file(n: int, out: Path, categories: set[str] | None = None) -> Path
             lines.append(json.dumps(r))
     for i, prompt in enumerate(OPEN_ENDED[:n] if categories is None or "open-ended" in categories else []):
         lines.append(json.dumps({"id": f"open-{i}", "category": "open-ended", "prompt": prompt}))
+    if seeds > 1:
+        lines = [json.dumps({**r, "id": f"{r['id']}-s{s}", "seed": 100 + s}) for r in map(json.loads, lines)
+                 for s in range(seeds)]
     out.write_text("\n".join(lines) + "\n")
     return out
 
@@ -170,11 +175,14 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96, help="tokens per request")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each request in each configuration")
     ap.add_argument("--temps", type=float, nargs="+", default=[0.0, 0.8], help="temperatures (0 = greedy)")
+    ap.add_argument("--seeds", type=int, default=1, help="sampled runs: each request with this many seeds (greedy: one)")
     ap.add_argument("-k", type=int, default=4, help="draft length of the heads-alone configuration")
     ap.add_argument("--policy", default="cost", help="policy of the heads (and draft) configurations: cost (the goal's), fixed")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", dest="json_out", help="also write every figure here")
     args = ap.parse_args()
+    if args.seeds < 1:
+        sys.exit("heads.py: --seeds must be >= 1")
     from specgen.engine.quantize import paying_pair
     from specgen.models.registry import resolve_model
 
@@ -200,11 +208,14 @@ def main() -> None:
             lookup = "lookup:policy=cost" if args.policy != "fixed" else f"lookup:k={args.k}"
             configs = [f"heads={heads}:{pol}", alone, lookup] + ([f"draft={draft}:{pol}"] if draft else [])
             for temp in args.temps:
-                records = bench(target, configs, reqs, args, temp, Path(tmp) / f"{name}-{temp}.jsonl")
+                seeded = reqs if temp <= 0 or args.seeds <= 1 else \
+                    requests_file(args.requests, Path(tmp) / "seeded.jsonl", cats, args.seeds)
+                records = bench(target, configs, seeded, args, temp, Path(tmp) / f"{name}-{temp}.jsonl")
                 names = list(records[0]["speedup"]) if records else []
                 fig = figures(records, names, next(n for n in names if n.startswith("heads") and n.endswith(f":k={args.k}")))
                 report[f"{name} temp {temp:g}"] = fig
-                print_table(f"{target.name} · temperature {temp:g} · {args.repeats} repeats · {args.tokens} tokens",
+                seeds = f" · {args.seeds} seeds a request" if seeded is not reqs else ""
+                print_table(f"{target.name} · temperature {temp:g} · {args.repeats} repeats{seeds} · {args.tokens} tokens",
                             fig, names)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=1))

@@ -173,10 +173,14 @@ def smoke_heads(tmp_path):
     heads = init_heads("hydra", 2, ids, out, 262144, target_identity(target), 16, 1.0)
     save_heads(heads, tmp_path / "h.npz")
     p = ok(run(["heads.py", "--targets", "q4km", "--heads-q4km", str(tmp_path / "h.npz"), "--requests", "1",
-                "--categories", "open-ended,code-edit", "--tokens", "6", "--repeats", "1", "--temps", "0", "--policy", "fixed", "-k", "2", "--threads", "1"],
-               tmp_path, timeout=600))
+                "--categories", "open-ended,code-edit", "--tokens", "6", "--repeats", "1", "--temps", "0", "0.8", "--seeds", "2", "--policy", "fixed", "-k", "2",
+                "--threads", "1"], tmp_path, timeout=600))
     assert "open-ended" in p.stdout and "code-edit" in p.stdout and "reformat" not in p.stdout
     assert "% of a pass" in p.stdout and "head-1 acceptance" in p.stdout and "lookup alone" in p.stdout
+    assert "temperature 0 · 1 repeats · 6 tokens" in p.stdout  # greedy: one seed
+    assert "temperature 0.8 · 1 repeats · 2 seeds a request · 6 tokens" in p.stdout
+
+
 def smoke_sampling(tmp_path):
     """A small vocabulary: every operation timed, the dense and support rows agreeing first."""
     p = ok(run(["sampling.py", "--rows", "6", "--vocab", "4096", "--repeats", "1"], tmp_path))
