@@ -224,7 +224,9 @@ def test_lookup_alongside_a_draft_model_keeps_greedy_output_and_the_drafts_cache
         policy_name, target, q4_draft, f32_path, draft_path):
     """Rounds take lookup's free offer or the model's draft; the output is still
     the plain greedy text, and the draft's cache, skipped by lookup rounds, is
-    caught up and never holds a rejected token. Fixed k: the offer first
+    caught up before every draft: the model never drafts from a cache that holds
+    a rejected token (it drops them lazily, at its next catch-up, so between
+    rounds its cache may still hold one: `DraftModel.begin`). Fixed k: the offer first
     (llama.cpp's order), on the Q4_K_M target; cost: by expected speed, on the
     F32 target, where the model pays too."""
     if policy_name == "fixed":
@@ -250,11 +252,20 @@ def _alongside(target, draft, policy_name):
         update(key, k, accepted, verify_s, draft)
 
     policy.update = record
-    drafter = WithLookup(DraftModel(draft, target.n_vocab, target.n_vocab), PromptLookup())
+    model = DraftModel(draft, target.n_vocab, target.n_vocab)
+    caught_up, catch_up = [], model._catch_up
+
+    def checked(wants, drafts):  # the cache right after each catch-up: exactly the context it drafts after
+        rows = catch_up(wants, drafts)
+        caught_up.extend((draft.kv_tokens(w.seq), list(w.context)) for w in wants)
+        return rows
+
+    model._catch_up = checked
+    drafter = WithLookup(model, PromptLookup())
     gen = Generation(target, prompt, drafter, draft_max=8, max_tokens=40, ignore_eos=True, policy=policy)
     for _ in gen:
         pass
     assert_equal_or_near_tie(plain, top2, gen.tokens)
     assert "lookup" in sources and "model" in sources, sources
-    kv = draft.kv_tokens(0)
-    assert kv == (prompt + gen.tokens)[: len(kv)]
+    assert caught_up and all(kv == ctx for kv, ctx in caught_up)
+    assert all(ctx == (prompt + gen.tokens)[: len(ctx)] for _, ctx in caught_up)  # drafted from settled text only
