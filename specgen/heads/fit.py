@@ -213,7 +213,7 @@ def _one_row_pass(engine, n: int = 9, between=None) -> float:
 def _round_after_pass(engine, heads, n: int = 7) -> float:
     """The median of n rounds of every head, each right after a one-row target pass: the pass
     evicts the heads' weights and output rows from the caches, as it does in the loop, where a
-    round costs about twice `time_heads`'s warm figure (docs/notes/2026-12-03-heads-goals.md)."""
+    round costs more than `time_heads`'s warm figure (docs/notes/2026-12-03-heads-goals.md)."""
     rounds: list[float] = []
     _one_row_pass(engine, n, between=lambda: rounds.append(time_heads(heads, engine.n_embd, repeats=1) * heads.n_heads))
     return float(np.median(rounds))
