@@ -82,13 +82,42 @@ def test_a_session_with_no_cached_costs_times_only_the_probe(model_file, cache):
     policy = s.new_policy(draft_engine=draft)
     assert isinstance(policy, CostAware)
     assert len(target.decodes) == PROBE_PASSES and len(draft.decodes) == PROBE_PASSES
-    assert PROBE_PASSES == 2 + PROBE_REPEATS * len(PROBE_ROWS) <= 12  # a warm-up, the prompt's bulk feed, the passes
-    assert sorted(n for _, _, n in target.decodes[2:]) == sorted(PROBE_ROWS * PROBE_REPEATS)
+    # a warm-up, then each round the prompt's bulk feed and the passes
+    assert PROBE_PASSES == 1 + PROBE_REPEATS * (1 + len(PROBE_ROWS)) <= 13
+    per_round = 1 + len(PROBE_ROWS)
+    rounds = [target.decodes[1 + i * per_round: 1 + (i + 1) * per_round] for i in range(PROBE_REPEATS)]
+    prompt = target.tokenize("Measuring the cost of a verify pass. " * 4)
+    for r in rounds:
+        assert r[0][1] == prompt and r[0][2] == 1  # the prefill: logits on its last row only
+        assert [n for _, _, n in r[1:]] == list(PROBE_ROWS)
     prof = json.loads(next(cache.glob("*.json")).read_text())
     assert prof["provisional"] == [n for n in range(1, 33) if n not in PROBE_ROWS] and prof["feed_provisional"]
     n = len(target.decodes)
     s.new_policy()
     assert len(target.decodes) == n  # cached now, and checked once per process
+
+
+def test_the_probes_feed_is_the_least_disturbed_prefill_and_no_more_than_its_widest_pass(model_file, cache, clock):
+    """A burst of load in one prefill does not price the feed (each round times one,
+    the lesser kept); and a feed per token is never above the widest pass's time
+    per row (feeding n tokens costs no more than returning logits for all n)."""
+    from specgen.engine.costs import probe
+
+    prompt_len = len(TimedFake(model_file).tokenize("Measuring the cost of a verify pass. " * 4))
+    prefills = []
+
+    def cost(rows, slow=(10.0, 1.0)):  # the first prefill ×10, the second as it is
+        if rows == prompt_len:
+            prefills.append(rows)
+            return rows * 0.001 * slow[len(prefills) - 1]
+        return table_cost(rows)
+
+    e = TimedFake(model_file, cost=cost, clock=clock)
+    assert probe(e)["feed_s"] == pytest.approx(0.001)
+    assert len(prefills) == PROBE_REPEATS
+    prefills.clear()
+    e = TimedFake(model_file, cost=lambda rows: rows * 0.05 if rows == prompt_len else table_cost(rows), clock=clock)
+    assert probe(e)["feed_s"] == pytest.approx(MEASURED[8] / 1000 / 8)  # both prefills slow: the 8-row pass bounds it
 
 
 def test_the_provisional_curve_has_the_kernels_block_shape():

@@ -216,7 +216,9 @@ def test_default_policy_drafts_on_a_pair_where_drafting_pays(f32_path, draft_pat
     assert st.k_chosen[0] - 1 < 0.5 * decode_rounds, st.k_chosen  # drafts in most rounds
     assert st.acceptance_rate > 0.5
     assert st.draft_fed >= len(prompt) and st.draft_prefill_s > 0  # the draft's prompt prefill, on its own line
-    assert policy.draft_step_s < st.draft_prefill_s / 4  # and not booked as a draft step
+    # and not booked as a draft step: the prompt's 45 tokens cost about 3.5 of the
+    # draft's one-row steps here (a 4-row pass costs little more than one row)
+    assert policy.draft_step_s < st.draft_prefill_s / 2
 
 
 @pytest.mark.parametrize("policy_name", ["fixed", "cost"])

@@ -135,10 +135,12 @@ def pick_cost(n_vocab: int, params) -> float:
 # kept: the fill spreads each figure over many row counts, so one pass a burst of
 # load slowed would overprice them all, and an overpriced figure is never chosen,
 # so never observed and corrected (docs/notes/2026-12-02-first-run.md). The
-# verify setup's prompt prefill, timed, prices a bulk feed.
+# verify setup's prompt prefill, timed in each round too, prices a bulk feed: a
+# draft model whose feed is overpriced never pays its first catch-up, so never
+# drafts, and its feed is never observed (docs/notes/2026-12-03-probe-feed.md).
 PROBE_ROWS = (1, 2, 4, 5, 8)
 PROBE_REPEATS = 2
-PROBE_PASSES = 2 + PROBE_REPEATS * len(PROBE_ROWS)  # with the warm-up and the prefill
+PROBE_PASSES = 1 + PROBE_REPEATS * (1 + len(PROBE_ROWS))  # a warm-up; each round, the prefill and the passes
 
 
 def block_curve(seen: dict[int, float], max_rows: int = 32) -> list[float]:
@@ -166,19 +168,25 @@ def block_curve(seen: dict[int, float], max_rows: int = 32) -> list[float]:
 def probe(engine, max_rows: int = 32) -> dict:
     """A provisional profile from a few passes (see PROBE_ROWS): the figures not
     measured are listed in `provisional`; the feed, timed on a short prompt
-    rather than 64 tokens, is `feed_provisional`."""
+    rather than 64 tokens, is `feed_provisional`. Feeding n tokens costs no
+    more than a pass that returns logits for all n, so the feed is at most the
+    widest pass's time per row."""
     prompt = engine.tokenize("Measuring the cost of a verify pass. " * 4)
     filler = (prompt * (max(PROBE_ROWS) // len(prompt) + 1))[: max(PROBE_ROWS)]
     engine.truncate(0, 0)
     _time_pass(engine, filler, len(filler), 0, 1)  # warm-up: pages the weights in
-    t = time.perf_counter()
-    engine.sync(0, prompt)  # the context the passes are timed after (as measure_verify's), fed in bulk
-    feed_s = (time.perf_counter() - t) / len(prompt)
+    feeds: list[float] = []
     seen: dict[int, float] = {}
     for _ in range(PROBE_REPEATS):
+        engine.truncate(0, 0)
+        t = time.perf_counter()
+        engine.sync(0, prompt)  # the context the passes are timed after (as measure_verify's), fed in bulk
+        feeds.append((time.perf_counter() - t) / len(prompt))
         for n in PROBE_ROWS:
             seen[n] = min(seen.get(n, float("inf")), _time_pass(engine, filler, n, len(prompt), 1))
     engine.truncate(0, 0)
+    widest = max(PROBE_ROWS)
+    feed_s = min(min(feeds), seen[widest] / widest)
     return {"model": str(engine.path), "threads": engine.n_threads, "version": PROFILE_VERSION,
             "verify_s": block_curve(seen, max_rows), "feed_s": feed_s, "measured_at": time.time(),
             "provisional": [n for n in range(1, max_rows + 1) if n not in seen], "feed_provisional": True}
