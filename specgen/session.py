@@ -126,6 +126,7 @@ class Session:
     costs_seen: CostLog = field(default_factory=CostLog)  # what its policies timed, per model (see close)
     heads: object | None = None  # the loaded prediction heads (specgen.heads.model.Heads), checked against the target
     heads_step_s: float = 0.0  # one head's step, timed when they were loaded (the cost policy's first figure)
+    holds_blas: bool = False  # it holds numpy's BLAS at one thread while heads draft (`hold_one_blas_thread`)
 
     @property
     def draft_engine(self) -> Engine | None:
@@ -201,6 +202,11 @@ class Session:
             draft.engine.close()
         self.drafts.clear()
         self.target.close()
+        if self.holds_blas:
+            from specgen.heads.model import release_blas
+
+            self.holds_blas = False
+            release_blas()
 
 
 # Fixed k (-k without --adaptive) defaults, and the ceiling adaptive policies may reach.
@@ -339,8 +345,10 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
                       heads=heads)
     try:
         if heads is not None:
-            from specgen.heads.model import time_heads
+            from specgen.heads.model import hold_one_blas_thread, time_heads
 
+            hold_one_blas_thread()
+            session.holds_blas = True
             session.heads_step_s = time_heads(heads, target.n_embd)
         if mode != "plain":
             session.drafter = session.new_drafter()

@@ -359,6 +359,39 @@ def test_run_with_heads_drafts_and_reports_them(gemma_path, tmp_path):
     assert spec["drafted"] > 0 and len(spec["per_position"]) == 3  # acceptance by head position, as a draft model's
 
 
+def _blas_threads() -> set[int]:
+    from threadpoolctl import threadpool_info
+
+    return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+
+@pytest.mark.model
+def test_a_session_with_heads_holds_numpys_blas_at_one_thread_until_it_closes(gemma_path, tmp_path):
+    """numpy's idle BLAS threads spin beside llama.cpp's after each heads matmul (four times
+    slower target passes on 2 cores): a session with heads, from the Python API, where the
+    CLI's OPENBLAS_NUM_THREADS cannot help, holds BLAS at one thread; two sessions hold it
+    together; the last to close restores the process's setting."""
+    from threadpoolctl import threadpool_limits
+
+    from specgen.heads.model import save_heads
+    from specgen.session import ModelOptions, open_session
+
+    path = tmp_path / "gemma.npz"
+    save_heads(identity_heads(gemma_path, "hydra", n_heads=2, n_ids=64), path)
+    with threadpool_limits(limits=2, user_api="blas"):
+        if _blas_threads() != {2}:
+            pytest.skip("this BLAS cannot run 2 threads")
+        opts = ModelOptions(model=str(gemma_path), heads=str(path), threads=2, ctx_size=256)
+        with open_session(opts) as first:
+            assert first.mode == "heads" and _blas_threads() == {1}
+            with open_session(opts):
+                assert _blas_threads() == {1}
+            assert _blas_threads() == {1}  # the first still drafts
+        assert _blas_threads() == {2}
+        with open_session(ModelOptions(model=str(gemma_path), threads=2, ctx_size=256)):
+            assert _blas_threads() == {2}  # no heads: the process's own setting
+
+
 @pytest.mark.parametrize("command", ["run", "chat", "rewrite", "serve", "bench", "tune"])
 def test_every_command_takes_heads(command):
     from typer.testing import CliRunner
