@@ -176,13 +176,13 @@ def test_teacher_forced_text_gives_the_targets_own_chain(target):
 def test_the_vocabulary_is_cut_to_the_round_time_bound(monkeypatch):
     from specgen.heads import fit
 
-    def one_row_pass(engine, n=9, between=None):
+    def one_row_pass(engine, n=9, between=None, rows=1):
         for _ in range(n if between else 0):
             between()
         return 0.010
 
-    monkeypatch.setattr(fit, "_one_row_pass", one_row_pass)
-    monkeypatch.setattr(fit, "time_heads", lambda h, d, repeats: 1e-6 * len(h.ids))  # a head's step grows with the vocabulary
+    monkeypatch.setattr(fit, "_time_passes", one_row_pass)
+    monkeypatch.setattr(fit, "time_heads", lambda h, d, repeats, params=None: 1e-6 * len(h.ids))  # grows with the vocabulary
     o = opts(vocab=2048, n_heads=4, round_share=0.10)  # a round of 4 heads within 1 ms: at most 250 ids
     size, pass_s, round_s = fit.vocab_for_time(HiddenFake(), o, 5000)
     assert size <= 250 and size / 0.8 > 250 and round_s == pytest.approx(4e-6 * size) and pass_s == 0.010
@@ -191,17 +191,36 @@ def test_the_vocabulary_is_cut_to_the_round_time_bound(monkeypatch):
 
 
 def test_the_bound_times_each_round_right_after_a_target_pass(monkeypatch):
-    """The round is timed cold, as the loop meets it: pass, round, pass, round (never rounds back to back)."""
+    """The round is timed cold, as the loop meets it: pass, round, pass, round (never rounds
+    back to back), each pass a full round's verify (every head's token and the last), and
+    the round's picks sampled (the loop's dearer kind)."""
     from specgen.heads import fit
 
     calls = []
     fake = HiddenFake()
     decode = fake.decode_batch
-    monkeypatch.setattr(fake, "decode_batch", lambda parts: calls.append("pass") or decode(parts), raising=False)
-    monkeypatch.setattr(fit, "time_heads", lambda h, d, repeats: calls.append("round") or 1e-4)
+    monkeypatch.setattr(fake, "decode_batch", lambda parts: calls.append(("pass", len(parts[0][1]))) or decode(parts),
+                        raising=False)
+    monkeypatch.setattr(fit, "time_heads", lambda h, d, repeats, params=None: calls.append(("round", params.greedy)) or 1e-4)
     h = init_heads("hydra", 2, np.arange(8), np.ones((8, fake.n_embd), np.float32), fake.n_vocab, "t", 4, 1.0)
     assert fit._round_after_pass(fake, h, n=3) == pytest.approx(2e-4)  # a round of both heads
-    assert calls == ["pass"] + ["pass", "round"] * 3  # the context's 8 tokens first
+    assert calls == [("pass", 8)] + [("pass", 3), ("round", False)] * 3  # the context's 8 tokens first
+
+
+def test_a_sampled_round_is_timed_with_the_drafters_own_picks(monkeypatch):
+    """time_heads with sampling params draws each head's token through `sampled_pick`, the
+    drafter's own pick (support, draw, q by target id), once per head."""
+    from specgen.heads import model
+    from specgen.rules.sampling import SamplingParams
+
+    picked = []
+    real = model.sampled_pick
+    monkeypatch.setattr(model, "sampled_pick", lambda *a: picked.append(a[1]) or real(*a))
+    h = init_heads("hydra", 3, np.arange(2, 10), np.eye(8, 16, dtype=np.float32), 32, "t", 4, 1.0)
+    model.time_heads(h, 16, repeats=2)
+    assert picked == []  # greedy: argmax only
+    model.time_heads(h, 16, repeats=2, params=SamplingParams(temperature=0.8))
+    assert len(picked) == 3 * 2 and all((ids == np.arange(2, 10)).all() for ids in picked)
 
 
 def test_forced_text_never_holds_a_held_out_seed():

@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from specgen.drafters.base import Draft, Drafter, Want
-from specgen.rules.sampling import Support, draw, support
+from specgen.heads.model import sampled_pick
 
 
 class HeadsDrafter(Drafter):
@@ -74,11 +74,8 @@ class HeadsDrafter(Drafter):
                     continue
                 w, d = wants[i], out[i]
                 if not w.params.greedy:
-                    kept = support(logits[b], w.params)  # over positions in `ids`
-                    chosen[b] = self.ids[draw(kept.ids, kept.probs, w.rng, len(self.ids))]
-                    tid = self.ids[kept.ids]
-                    order = np.argsort(tid)  # q by target id, ascending, as a Support keeps them
-                    d.q.append(Support(tid[order], kept.probs[order], self.n_vocab))
+                    chosen[b], q = sampled_pick(logits[b], self.ids, w.params, w.rng, self.n_vocab)
+                    d.q.append(q)
                 d.tokens.append(int(chosen[b]))
             if j + 1 < max(ks):
                 state = self.heads.advance(state, chosen)

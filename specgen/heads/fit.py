@@ -46,6 +46,7 @@ from specgen.heads.train import (
     load_samples,
     save_samples,
 )
+from specgen.rules.sampling import SamplingParams
 
 
 @dataclass
@@ -181,7 +182,7 @@ def vocab_for_time(engine, opts: TrainOptions, n_labels: int) -> tuple[int, floa
     opts.round_share of a one-row pass of `engine` (the median of a few, on a spare sequence), each
     round timed right after a target pass (`_round_after_pass`), as the loop meets it."""
     cap = max(min(opts.vocab, n_labels), 1)
-    pass_s = _one_row_pass(engine)
+    pass_s = _time_passes(engine)
     rng = np.random.default_rng(0)
     d = engine.n_embd
     size = cap
@@ -194,15 +195,17 @@ def vocab_for_time(engine, opts: TrainOptions, n_labels: int) -> tuple[int, floa
         size = max(64, int(size * 0.8))
 
 
-def _one_row_pass(engine, n: int = 9, between=None) -> float:
-    """The median of n one-row passes on a spare sequence; `between()` runs after each, untimed here."""
+def _time_passes(engine, n: int = 9, between=None, rows: int = 1) -> float:
+    """The median of n passes of `rows` rows on a spare sequence after the same 8 tokens (one
+    row: a plain step); `between()` runs after each, untimed here."""
     seq = engine.n_seq_max - 1
     engine.truncate(seq, 0)
     engine.decode_batch([(seq, [1] * 8, 1)])
     times = []
     for _ in range(n):
+        engine.truncate(seq, 8)
         t = time.perf_counter()
-        engine.decode_batch([(seq, [1], 1)])
+        engine.decode_batch([(seq, [1] * rows, rows)])
         times.append(time.perf_counter() - t)
         if between is not None:
             between()
@@ -210,12 +213,19 @@ def _one_row_pass(engine, n: int = 9, between=None) -> float:
     return float(np.median(times))
 
 
+# A round of every head is timed as the loop's dearest: sampled (each pick filtered and
+# drawn, q kept), after the verify pass of a round of every head (more rows evict more).
+TIMED_PICKS = SamplingParams(temperature=0.8)
+
+
 def _round_after_pass(engine, heads, n: int = 7) -> float:
-    """The median of n rounds of every head, each right after a one-row target pass: the pass
-    evicts the heads' weights and output rows from the caches, as it does in the loop, where a
-    round costs more than `time_heads`'s warm figure (docs/notes/2026-12-03-heads-goals.md)."""
+    """The median of n rounds of every head, each right after a target pass of n_heads + 1
+    rows: the pass evicts the heads' weights and output rows from the caches, as the loop's
+    verify pass does, where a round costs more than `time_heads`'s warm figure; the picks
+    sampled (docs/notes/2026-12-03-heads-round-bound.md)."""
     rounds: list[float] = []
-    _one_row_pass(engine, n, between=lambda: rounds.append(time_heads(heads, engine.n_embd, repeats=1) * heads.n_heads))
+    _time_passes(engine, n, rows=heads.n_heads + 1, between=lambda: rounds.append(
+        time_heads(heads, engine.n_embd, repeats=1, params=TIMED_PICKS) * heads.n_heads))
     return float(np.median(rounds))
 
 

@@ -131,23 +131,41 @@ class Heads:
         return np.stack(picks, axis=1) if picks else np.zeros((len(np.atleast_1d(last)), 0), np.int32)
 
 
-def time_heads(heads, n_embd: int, k: int | None = None, repeats: int = 5) -> float:
+def sampled_pick(logits: np.ndarray, ids: np.ndarray, params, rng, n_vocab: int):
+    """One head's sampled pick from its logits over `ids`: (the target id drawn, q as a
+    `Support` by target id, zero outside `ids`), under the same transforms as a draft
+    model's (temperature, top-k, top-p, min-p)."""
+    from specgen.rules.sampling import Support, draw, support
+
+    kept = support(logits, params)  # over positions in `ids`
+    token = int(ids[draw(kept.ids, kept.probs, rng, len(ids))])
+    tid = ids[kept.ids]
+    order = np.argsort(tid)  # a Support keeps its ids ascending
+    return token, Support(tid[order], kept.probs[order], n_vocab)
+
+
+def time_heads(heads, n_embd: int, k: int | None = None, repeats: int = 5, params=None) -> float:
     """Seconds of one head's step (a round of k heads over one sequence ÷ k, the
-    fastest of `repeats`), timed on a random hidden row: the cost policy's
-    figure for a heads' draft step before it has timed real rounds."""
+    fastest of `repeats`), timed on a random hidden row, each pick an argmax, or
+    with sampling `params` a `sampled_pick`: the cost policy's figure for a heads'
+    draft step before it has timed real rounds."""
     k = min(k or heads.n_heads, heads.n_heads)
     if k <= 0:
         return 0.0
     rng = np.random.default_rng(0)
     h = rng.standard_normal((1, n_embd)).astype(np.float32)
-    last = np.array([int(heads.ids[0])], dtype=np.int64)
+    ids = np.asarray(heads.ids, dtype=np.int64)
+    last = ids[:1]
+    sampled = params is not None and not params.greedy
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
         state = heads.begin(h, last)
         for j in range(k):
             logits, state = heads.step(state, j)
-            tok = np.asarray(heads.ids, dtype=np.int64)[np.argmax(logits, axis=1)]
+            tok = ids[np.argmax(logits, axis=1)]
+            if sampled:
+                tok[0] = sampled_pick(logits[0], ids, params, rng, heads.n_vocab)[0]
             if j + 1 < k:
                 state = heads.advance(state, tok)
         best = min(best, time.perf_counter() - t)
