@@ -208,6 +208,15 @@ class Session:
             self.holds_blas = False
             release_blas()
 
+    def hold_blas(self) -> None:
+        """Hold numpy's BLAS at one thread while this session's heads draft, until `close`
+        (specgen.heads.model.hold_one_blas_thread)."""
+        if not self.holds_blas:
+            from specgen.heads.model import hold_one_blas_thread
+
+            hold_one_blas_thread()
+            self.holds_blas = True
+
 
 # Fixed k (-k without --adaptive) defaults, and the ceiling adaptive policies may reach.
 DEFAULT_DRAFT_MAX = {"lookup": 8, "suffix": 8, "draft": 4, "heads": 4, "plain": 0}
@@ -345,10 +354,9 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
                       heads=heads)
     try:
         if heads is not None:
-            from specgen.heads.model import hold_one_blas_thread, time_heads
+            from specgen.heads.model import time_heads
 
-            hold_one_blas_thread()
-            session.holds_blas = True
+            session.hold_blas()
             session.heads_step_s = time_heads(heads, target.n_embd)
         if mode != "plain":
             session.drafter = session.new_drafter()

@@ -18,7 +18,7 @@ from specgen.drafters.build import build_drafter
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
-from specgen.heads.model import hold_one_blas_thread, time_heads
+from specgen.heads.model import time_heads
 from specgen.session import DEFAULT_DRAFT_MAX, Session, open_heads
 
 
@@ -114,8 +114,7 @@ def open_bench(
     setup = Setup(session.target, target_path, [PLAIN, *configs], {"plain": None}, session=session)
     try:
         if loaded:
-            hold_one_blas_thread()
-            session.holds_blas = True
+            session.hold_blas()
         timed = {ref: time_heads(h, session.target.n_embd) for ref, h in loaded.items()}
         for c in configs:
             if c.kind == "heads":

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from specgen.errors import SpecgenError
+from specgen.rules.sampling import Support, draw, support
 
 FORMAT_VERSION = 1
 KINDS = ("medusa", "hydra")
@@ -135,8 +136,6 @@ def sampled_pick(logits: np.ndarray, ids: np.ndarray, params, rng, n_vocab: int)
     """One head's sampled pick from its logits over `ids`: (the target id drawn, q as a
     `Support` by target id, zero outside `ids`), under the same transforms as a draft
     model's (temperature, top-k, top-p, min-p)."""
-    from specgen.rules.sampling import Support, draw, support
-
     kept = support(logits, params)  # over positions in `ids`
     token = int(ids[draw(kept.ids, kept.probs, rng, len(ids))])
     tid = ids[kept.ids]
