@@ -171,13 +171,16 @@ class Session:
                            log=self.costs_seen, heads_step_s=heads_s, heads=heads)
 
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, params: SamplingParams = SamplingParams(),
-                 ignore_eos: bool = False, policy=None) -> Generation:
+                 ignore_eos: bool = False, policy=None, on_prefill=None) -> Generation:
         """One generation with the session's drafter and a fresh policy: iterate it for
         its rounds (`Round`: the tokens each target pass settled); read `stats`, `text`.
-        A str prompt is tokenized as text (no chat template)."""
+        A str prompt is tokenized as text (no chat template). `on_prefill(done, total)`:
+        told as a long prompt is read (Generation.read_prompt)."""
         tokens = self.target.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         kw = dict(draft_max=self.draft_max, max_tokens=max_tokens, params=params, ignore_eos=ignore_eos,
                   policy=policy if policy is not None else self.new_policy())
+        if on_prefill is not None:
+            kw["on_prefill"] = on_prefill
         if self.tree_width > 1:
             from specgen.decode.tree import TreeGeneration
 

@@ -343,3 +343,25 @@ def test_a_sampling_draft_model_draws_from_q_without_building_its_row_twice(monk
         c = np.cumsum(q_after[prev])
         assert tok == min(np.searchsorted(c, uniforms.random() * c[-1], side="right"), 11)
         prev = tok
+
+
+def test_a_long_prompt_is_read_in_chunks_that_are_reported_and_the_cache_kept(monkeypatch):
+    import specgen.decode.generation as generation
+
+    monkeypatch.setattr(generation, "PREFILL_CHUNK", 16)
+    eng = FakeEngine(chain_table(50), n_ctx=256, n_batch=64)
+    prompt = [i % 50 for i in range(70)]
+    seen = []
+    plain = Generation(FakeEngine(chain_table(50), n_ctx=256, n_batch=64), prompt, max_tokens=5)
+    list(plain)
+    gen = Generation(eng, prompt, max_tokens=5, on_prefill=lambda done, total: seen.append((done, total)))
+    list(gen)
+    assert seen == [(16, 70), (32, 70), (48, 70), (64, 70), (70, 70)]
+    assert gen.tokens == plain.tokens
+    assert sum(len(t) for _, t, _ in eng.decodes[:5]) == 70  # each prompt token read once
+    # a second request sharing the first 40 tokens reads only the rest, still reported
+    seen.clear()
+    eng.decodes.clear()
+    list(Generation(eng, prompt[:40] + [3] * 30, max_tokens=2, on_prefill=lambda d, t: seen.append((d, t))))
+    assert seen == [(56, 70), (70, 70)]
+    assert eng.decodes[0][1] == [3] * 16

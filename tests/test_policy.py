@@ -16,15 +16,23 @@ GPU = [0.0] + [0.010 * (1 + 0.01 * (n - 1)) for n in range(1, 33)]
 
 
 def feed(policy, alpha, rounds, key=0, limit=16, seed=0, curve=CPU):
-    """Simulate rounds where each draft position is accepted with prob alpha."""
+    """Simulate rounds where each draft position is accepted with prob alpha. A free
+    drafter's offer (key >= 1) that a round leaves unverified is judged against what
+    the round emitted, as the loop does (`Policy.observe`)."""
     rng = np.random.default_rng(seed)
     ks = []
     for _ in range(rounds):
         k = policy.choose(key, limit)
+        n = k if k or key == 0 else limit
         acc = 0
-        while acc < k and rng.random() < alpha:
+        while acc < n and rng.random() < alpha:
             acc += 1
-        policy.update(key, k, acc, curve[k + 1])
+        if k:
+            policy.update(key, k, acc, curve[k + 1])
+        else:
+            policy.update(key, 0, 0, curve[1])
+            if key:
+                policy.observe(key, *((acc + 1, acc) if acc < n else (n, n)))
         ks.append(k)
     return ks
 
@@ -511,21 +519,21 @@ def test_a_first_catch_up_is_paid_back_over_the_generation_a_faded_one_is_not():
     assert faded.choose(0, 8, Situation(lag=2, remaining=200)) > 0  # no catch-up: it drafts
 
 
-def test_a_probe_of_an_offer_or_of_the_model_is_short():
-    """With prompt lookup alongside a model, as with either alone: where the
-    estimates favour plain steps, a draw that favours drafting tries the
-    shortest draft it favours, whichever option it drafts with. (Under the
-    round's one draw, the option the evidence knows less about is the one
-    probed: the free offer where both are known alike, the model where the
-    offer is known well.)"""
-    for offer_rounds, model_rounds, probed_takes in ((3, 3, True), (10, 1, False)):
+def test_a_probe_is_of_the_model_and_short_never_of_a_free_offer():
+    """With prompt lookup alongside a model: where the estimates favour plain steps,
+    a draw that favours drafting tries the model's shortest draft it favours. The
+    free offer is never drafted to learn: it is judged at no cost whether or not
+    it is verified (`observe`), so its estimates alone decide, and they say no."""
+    for offer_rounds, model_rounds in ((3, 3), (10, 1)):
         p = CostAware(16, CPU, 0.004, idle_decay=1.0, seed=3)
         teach(p, 1, 4, 0, offer_rounds)  # lookup's 1-gram matches: rejected at the first position
         teach(p, 0, 4, 0, model_rounds)  # and the model's drafts
         picks = [p.choose_offer(1, 16, 8, Situation(lag=1)) for _ in range(400)]
         ks = [k for k, _ in picks]
         assert ks.count(0) >= 200 and max(ks) <= 2, sorted(set(ks))
-        assert any(k and take == probed_takes for k, take in picks)
+        assert any(k and not take for k, take in picks)  # the model is probed
+        assert not any(k and take for k, take in picks)  # the offer never
+
 
 def test_past_a_drafting_best_a_draw_explores_only_the_next_positions():
     """Where the estimates favour drafting (k = 3 here) and the positions past the
@@ -661,3 +669,20 @@ def test_a_shared_step_brought_to_whole_blocks_is_priced_between_them_not_on_the
     # alone (no others), nothing is shaped
     alone = Situation(row_group=4)
     assert step_rate(alphas, 1, curve, 0.0, alone) == step_rate(alphas, 1, curve, 0.0, Situation())
+
+
+def test_a_new_free_key_starts_from_what_the_other_free_keys_met():
+    """Lookup's match lengths share what free text taught: a length never seen
+    starts from the pooled first-position acceptance, not from the prior fitted
+    to copying, so on free text no fresh key buys a losing draft."""
+    fresh = CostAware(16, CPU)
+    assert fresh.acceptance(2).rates(1)[0] == pytest.approx(0.6)
+    assert fresh.choose(2, 4) > 0  # the prior alone pays on this curve
+    p = CostAware(16, CPU)
+    feed(p, alpha=0.0, rounds=40, key=1)
+    assert p.acceptance(2).rates(1)[0] < 0.15
+    assert p.choose(2, 4) == 0
+    assert p.acceptance(0).rates(1)[0] == pytest.approx(0.6)  # a draft model's key keeps its own prior
+    copying = CostAware(16, CPU)
+    feed(copying, alpha=0.95, rounds=40, key=1)
+    assert copying.acceptance(2).rates(1)[0] > 0.8

@@ -323,9 +323,10 @@ def rewrite(
         if loaded.mode != "plain":
             policy = _make_policy(loaded, loaded.draft_max, draft_max is not None, loaded.draft_engine,
                                   loaded.mode == "heads")
+        status = render.StatusLine(shared_terminal=sys.stdout.isatty() and plan.path is None)
         gen = Generation(
             target, prompt.tokens, loaded.drafter, draft_max=loaded.draft_max, max_tokens=limit, params=params,
-            policy=policy,
+            policy=policy, on_prefill=lambda done, total: status.show(render.prefill_status(done, total)),
         )
         dest = plan.path or "stdout"
         note(
@@ -333,7 +334,6 @@ def rewrite(
             f"{loaded.mode}{' ' + render.k_label(loaded.draft_max, policy) if loaded.mode != 'plain' else ''} · "
             f"prompt {'template ' + fmt.name if fmt else 'completion-style'}"
         )
-        status = render.StatusLine(shared_terminal=sys.stdout.isatty() and plan.path is None)
         stream = render.TextStream(target, sys.stdout if plan.path is None else None, [prompt.stop])
         start = time.perf_counter()
         status.start()

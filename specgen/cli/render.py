@@ -137,6 +137,11 @@ class TextStream:
         return self.text
 
 
+def prefill_status(done: int, total: int) -> str:
+    """The status line while the target reads a long prompt."""
+    return f"reading the prompt: {done} of {total} tokens ({100 * done // max(total, 1)}%)"
+
+
 def follow(gen: Generation, stream: TextStream, on_round: Callable | None = None) -> bool:
     """Run a Generation to its end, a stop string, or Ctrl-C, streaming its text; True if interrupted."""
     interrupted = False

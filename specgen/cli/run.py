@@ -60,9 +60,11 @@ def run(
     try:
         target = loaded.target
         fed, template = prompt_tokens(target, text_in, system, raw)
-        gen = loaded.generate(fed, max_tokens=max_tokens, params=params, ignore_eos=ignore_eos)
-        stream = render.TextStream(target, None if json_out else sys.stdout)
         status = render.StatusLine() if not json_out else None
+        gen = loaded.generate(fed, max_tokens=max_tokens, params=params, ignore_eos=ignore_eos,
+                              on_prefill=(lambda done, total: status.show(render.prefill_status(done, total)))
+                              if status else None)
+        stream = render.TextStream(target, None if json_out else sys.stdout)
         start = time.perf_counter()
 
         def show(st, r) -> None:

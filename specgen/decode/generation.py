@@ -10,7 +10,7 @@ k = 0, so both paths are measured by the same code.
 from __future__ import annotations
 
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -21,6 +21,11 @@ from specgen.drafters.base import Draft, Drafter, Want
 from specgen.errors import SpecgenError
 from specgen.policy.base import MODEL_KEY, FixedK, Situation, unused_offer_outcome
 from specgen.rules.sampling import SamplingParams, sample, support
+
+
+# Prompt tokens a target pass reads at a time while progress is reported
+# (Generation.read_prompt): a few seconds' worth on a CPU, a small share of a pass's work.
+PREFILL_CHUNK = 256
 
 
 class LazyRows:
@@ -59,6 +64,7 @@ class Generation:
         ignore_eos: bool = False,
         seq: int = 0,
         policy=None,
+        on_prefill: Callable[[int, int], None] | None = None,
     ) -> None:
         if not prompt:
             raise SpecgenError("empty prompt")
@@ -77,6 +83,7 @@ class Generation:
         self.ignore_eos = ignore_eos
         self.seq = seq
         self.policy = policy or FixedK()
+        self.on_prefill = on_prefill  # told (tokens read, prompt tokens) while a long prompt is read
         if self.drafter is not None and not params.greedy:
             from specgen.engine.costs import pick_cost
 
@@ -146,6 +153,23 @@ class Generation:
         self.policy.update(draft.key, 0, 0, None, draft)  # learns the cost of a bulk feed
         self.stats.draft_fed += draft.fed
         self.stats.draft_prefill_s += draft.fed_s + (draft.extra_s or 0.0)  # a translated draft's re-tokenizing too
+
+    def read_prompt(self) -> np.ndarray:
+        """The target reads the prompt (what its cache already holds is kept); the
+        last token's row. With `on_prefill`, a long prompt is read in chunks of
+        PREFILL_CHUNK tokens and each is reported, so a caller can show progress."""
+        total = len(self.prompt)
+        if self.on_prefill is None or total <= PREFILL_CHUNK:
+            return self.target.sync(self.seq, self.prompt)
+        from specgen.engine.llama import common_prefix
+
+        done = common_prefix(self.target.kv_tokens(self.seq), self.prompt)
+        for end in range(done + PREFILL_CHUNK, total, PREFILL_CHUNK):
+            self.target.sync(self.seq, self.prompt[:end])
+            self.on_prefill(end, total)
+        row = self.target.sync(self.seq, self.prompt)
+        self.on_prefill(total, total)
+        return row
 
     @property
     def text(self) -> str:
@@ -250,7 +274,7 @@ class Generation:
     def __iter__(self) -> Iterator[Round]:
         self.begin()
         try:
-            row = self.target.sync(self.seq, self.prompt)
+            row = self.read_prompt()
             self.prefill_draft()
             yield self.first(row)
             while (batch := plan_step([self], self.drafter)[0]) is not None:

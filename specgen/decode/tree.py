@@ -128,7 +128,7 @@ class TreeGeneration(Generation):
     def __iter__(self) -> Iterator[Round]:
         self.begin()
         try:
-            yield self.first(self.target.sync(self.seq, self.prompt))
+            yield self.first(self.read_prompt())
             while (plan := self.plan_tree()) is not None:
                 yield self.settle_tree(*plan)
         except KeyboardInterrupt:

@@ -29,6 +29,8 @@ DRAFT_MODEL_PRIOR = (0.7, 6.0)
 # state, not the text), and weighing fewer rounds, so a target where they do
 # poorly stops drafting soon.
 HEADS_PRIOR = (0.5, 4.0)
+# The weight, in rounds, of `prior` in a free drafter's pooled prior (`_free_prior`).
+FREE_POOL_STRENGTH = 2.0
 
 
 def heads_prior(heads) -> tuple[float, float]:
@@ -221,7 +223,22 @@ class CostAware(Policy):
         if key == MODEL_KEY and self.model_prior is None and self.top_prior and self.top is not None \
                 and not self.draft_picks:
             acc.prior = self.prior * self.top  # follows the text: see `target_top`
+        elif key != MODEL_KEY:
+            acc.prior = self._free_prior()
         return acc
+
+    def _free_prior(self) -> float:
+        """A free drafter's key starts from what all its keys have met so far: the
+        first position's acceptance pooled over every free key's evidence, with
+        `prior` weighing FREE_POOL_STRENGTH rounds. A match length never seen on
+        free text (where lookup's matches are mostly chance) then starts low, not at
+        the prior fitted to copying; on copied text the pool is high anyway."""
+        reached = accepted = 0.0
+        for key, acc in self.stats.items():
+            if key != MODEL_KEY and acc.reached:
+                reached += acc.reached[0]
+                accepted += acc.accepted[0]
+        return (accepted + FREE_POOL_STRENGTH * self.prior) / (reached + FREE_POOL_STRENGTH)
 
     def target_top(self, top: float) -> None:
         """A point-mass draft (a translated model's argmax) at a position is
@@ -248,8 +265,12 @@ class CostAware(Policy):
             return 0
         acc = self.acceptance(key)
         # optimistic Thompson sampling: only upward draws, so noise never cuts
-        # a draft the estimates already favour; it only tries k they do not
-        z = max(float(self.rng.standard_normal()), 0.0)
+        # a draft the estimates already favour; it only tries k they do not.
+        # A free drafter's offer is judged whether or not it is verified
+        # (`observe`): drafting it to learn buys nothing, so it is chosen on the
+        # estimates alone, and they do not fade while it sits out.
+        free = key != MODEL_KEY
+        z = 0.0 if free else max(float(self.rng.standard_normal()), 0.0)
         alphas = with_counts(acc.rates(limit, z=z), situation.counts)
         rates = self.rates(alphas, situation)
         k = _best(rates)
@@ -267,7 +288,7 @@ class CostAware(Policy):
                 left = min(left, rounds * expected_tokens(alphas[:k]))
             if not self._catch_up_pays(situation.lag, left, rates[k], rates[0]):
                 k = 0
-        if k == 0:
+        if k == 0 and not free:
             acc.forget(self.idle_decay)
         return k
 
@@ -288,19 +309,15 @@ class CostAware(Policy):
             limit = 0  # the model declines at its prior (its rows cost more than it promises): the offer alone
         if limit <= 0:  # lookup alone: nothing to weigh it against
             return self.choose(key, offered, replace(situation, counts=counts)), True
-        # one upward draw for the round, shared by both options: each is scored
-        # that many of its own posterior deviations above its estimate, so the
-        # option the evidence knows less about gains more, and an option rated
-        # lower is still tried now and then. (Independent draws per option flip
-        # between them on noise alone: docs/notes/2026-11-drafting-and-policy.md.)
+        # one upward draw for the round, for the model: scored that many of its
+        # posterior deviations above its estimate, it is still tried now and then
+        # where rated lower. The offer is judged at no cost whether or not it is
+        # verified (`observe`), so it is scored on its estimates alone, as in `choose`.
         z = max(float(self.rng.standard_normal()), 0.0)
         offer, model = self.acceptance(key), self.acceptance(MODEL_KEY)
-        take = [step_rate(with_counts(offer.rates(offered, z=z), counts), k, self.verify_s, 0.0, situation,
+        take = [step_rate(with_counts(offer.rates(offered), counts), k, self.verify_s, 0.0, situation,
                           self.pick_s) for k in range(offered + 1)]
         k_take = _best(take)
-        if k_take and z:  # exploring the offer, as in `choose`
-            k_take = _explore(take, [step_rate(with_counts(offer.rates(offered), counts), n, self.verify_s, 0.0, situation,
-                                               self.pick_s) for n in range(offered + 1)], k_take, self.explore_near)
         alphas = model.rates(limit, z=z)
         rates = self.rates(alphas, situation)
         k = 1 + _best(rates[1:])
@@ -312,7 +329,6 @@ class CostAware(Policy):
                                     self._catch_up_pays(situation.lag, situation.remaining, rate, rates[0])):
             return k, False
         if k_take == 0:
-            offer.forget(self.idle_decay)
             model.forget(self.idle_decay)
         return k_take, True
 
