@@ -244,6 +244,12 @@ def smoke_ab_versions(tmp_path):
     assert len(p.stdout.splitlines()) == 2 and all("--no-spec" in x for x in p.stdout.splitlines())
 
 
+def smoke_real_pair(tmp_path):
+    p = ok(run(["real_pair.py", "--parts", "bench", "--limit", "1", "-n", "4", "--repeats", "1", "-t", "1"],
+               tmp_path, timeout=300))
+    assert "geomean" in p.stdout and "k chosen, -d 0.5B (cost)" in p.stdout
+
+
 SMOKE = {
     "ab_versions.sh": smoke_ab_versions,
     "concurrency.py": smoke_concurrency,
@@ -253,6 +259,7 @@ SMOKE = {
     "http_llama.py": smoke_http_llama,
     "pairing.py": smoke_pairing,
     "policy.py": smoke_policy,
+    "real_pair.py": smoke_real_pair,
     "replay.py": smoke_replay,
     "sampling.py": smoke_sampling,
     "serve_http.py": smoke_serve_http,

@@ -1,0 +1,157 @@
+"""Does speculation pay on a real instruct pair, and does the default never lose?
+
+Qwen2.5-Coder 1.5B Instruct drafted by its 0.5B (the catalog's pair
+`qwen2.5-coder-1.5b`), in one run, side by side:
+  1. the instruct requests of benchmarks/prompts/instruct.jsonl (code, prose, a
+     list, SQL, edits, grounded QA; none of the bundled ones) through the chat
+     template, greedy: plain against the default (prompt lookup, cost policy),
+     the draft model under the cost policy (lookup alongside, as `-d` runs), and
+     the draft model at a fixed k; per request the decode speedup over plain,
+     whether the text equals plain's, and each configuration's k histogram;
+  2. `specgen rewrite` of benchmarks/prompts/inventory.py (108 lines) by an
+     instruction, plain against the default: decode tok/s, wall time, the share
+     of the output from drafts, and whether both outputs are the same bytes.
+Each request runs in every configuration `--repeats` times, the order
+alternating (specgen bench's runner); speedups are of medians.
+
+    python benchmarks/real_pair.py --repeats 3            # the Q4_K_M target as downloaded
+    python benchmarks/real_pair.py --f16 --repeats 3      # an F16 copy: rows nearly free, as on a GPU
+
+--parts bench,rewrite picks the parts. The F16 copy is written once into
+specgen's cache (engine.quantize.requantize).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # this checkout's specgen, never an installed copy
+
+PAIR = "qwen2.5-coder-1.5b"
+REQUESTS = HERE / "prompts" / "instruct.jsonl"
+REWRITE_FILE = HERE / "prompts" / "inventory.py"
+REWRITE_INSTRUCTION = "Add type hints to every function signature."
+
+
+def models(f16: bool) -> tuple[str, str]:
+    from specgen.models.catalog import load_catalog
+    from specgen.models.registry import pull, resolve_model
+
+    cat = load_catalog()
+    target = pull(PAIR, cat)
+    draft = resolve_model(cat.pairs[PAIR].draft, cat)
+    if f16:
+        from specgen.engine.quantize import requantize
+        from specgen.models.cache import cache_dir
+
+        out = cache_dir() / "test-drafts" / "qwen2.5-coder-1.5b-instruct-f16.gguf"
+        target = out if out.is_file() else requantize(target, out, "f16")
+    return str(target), str(draft)
+
+
+def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, threads: int, limit: int | None):
+    from specgen.api import run_bench
+
+    configs = ["lookup:policy=cost", f"draft={draft}:policy=cost", f"draft={draft}:k={fixed_k}"]
+    names = ["default (lookup)", "-d 0.5B (cost)", f"-d 0.5B k={fixed_k}"]
+    result = run_bench(REQUESTS, configs, model=target, max_tokens=n, repeats=repeats, threads=threads, limit=limit)
+    ids = [r["id"] for r in result.records]
+    cfgs = result.configs
+    header = f"{'request':<10} {'plain tok/s':>11} " + " ".join(f"{nm:>18}" for nm in names)
+    print(header)
+    ratios = {c: [] for c in cfgs[1:]}
+    hists = {c: collections.Counter() for c in cfgs[1:]}
+    differs = {c: 0 for c in cfgs[1:]}
+    for rec in result.records:
+        by = collections.defaultdict(list)
+        for run in rec["runs"]:
+            by[run["config"]].append(run)
+        plain = statistics.median(r["tokens_per_s"] for r in by["plain"])
+        cells = []
+        for c in cfgs[1:]:
+            tps = statistics.median(r["tokens_per_s"] for r in by[c])
+            ratios[c].append(tps / plain)
+            same = all(r["tokens"] == by["plain"][0]["tokens"] for r in by[c])
+            differs[c] += not same
+            for r in by[c]:
+                hists[c].update({int(k): v for k, v in r["k_hist"].items()})
+            cells.append(f"{tps / plain:>16.2f}x{' ' if same else '*'}")
+        print(f"{rec['id']:<10} {plain:>11.1f} " + " ".join(cells))
+    print(f"{'geomean':<10} {'':>11} " + " ".join(
+        f"{math.exp(statistics.fmean(math.log(x) for x in ratios[c])):>17.2f}x" for c in cfgs[1:]))
+    print(f"{'lowest':<10} {'':>11} " + " ".join(f"{min(ratios[c]):>17.2f}x" for c in cfgs[1:]))
+    print("decode tok/s, median of repeats, as a multiple of plain's; * = greedy text differs from plain's")
+    for c, nm in zip(cfgs[1:], names):
+        hist = " ".join(f"{k}:{v}" for k, v in sorted(hists[c].items()))
+        print(f"k chosen, {nm}: {hist}  (texts differing from plain: {differs[c]} of {len(ids)})")
+
+
+def rewrite_once(target: str, spec: bool, threads: int, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "specgen", "rewrite", str(REWRITE_FILE), "-i", REWRITE_INSTRUCTION,
+           "-m", target, "-t", str(threads), "-o", str(out)] + ([] if spec else ["--no-spec"])
+    t = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent)
+    wall = time.perf_counter() - t
+    if res.returncode != 0:
+        sys.exit(f"real_pair.py: rewrite failed: {res.stderr.strip().splitlines()[-1:]}")
+    fields = {}
+    for line in res.stderr.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2:
+            fields.setdefault(parts[0], parts[1].strip())
+    speed = float(fields["speed"].split()[0])
+    return {"tps": speed, "wall": wall, "text": out.read_bytes(), "drafts": fields.get("from", ""),
+            "k": fields.get("k", "").removeprefix("chosen").strip()}
+
+
+def rewrite_part(target: str, repeats: int, threads: int):
+    runs = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats):
+            for spec in ((False, True) if i % 2 == 0 else (True, False)):
+                runs[spec].append(rewrite_once(target, spec, threads, Path(tmp) / f"out-{spec}-{i}.py"))
+    plain, spec = runs[False], runs[True]
+    p_tps, s_tps = statistics.median(r["tps"] for r in plain), statistics.median(r["tps"] for r in spec)
+    p_wall, s_wall = statistics.median(r["wall"] for r in plain), statistics.median(r["wall"] for r in spec)
+    same = all(r["text"] == plain[0]["text"] for r in plain + spec)
+    print(f"rewrite {REWRITE_FILE.name} ({REWRITE_INSTRUCTION!r}), {repeats} repeats, medians:")
+    print(f"  plain    {p_tps:6.1f} tok/s decode   {p_wall:6.1f} s wall")
+    print(f"  default  {s_tps:6.1f} tok/s decode   {s_wall:6.1f} s wall   "
+          f"{s_tps / p_tps:.2f}x decode, {p_wall / s_wall:.2f}x wall")
+    print(f"  from drafts: {spec[0]['drafts']}; k chosen {spec[0]['k']}; same output as --no-spec: "
+          f"{'yes' if same else 'NO'}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--f16", action="store_true", help="an F16 copy of the target (cheap rows)")
+    ap.add_argument("-n", type=int, default=96, help="tokens per request")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--fixed-k", type=int, default=3)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=None, help="only the first N requests")
+    ap.add_argument("--parts", default="bench,rewrite")
+    args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    if parts - {"bench", "rewrite"}:
+        ap.error("--parts takes bench and/or rewrite")
+    target, draft = models(args.f16)
+    print(f"target {Path(target).name} · draft {Path(draft).name} · {args.threads} threads · greedy · "
+          f"{args.n} tokens · {args.repeats} repeats")
+    if "bench" in parts:
+        bench_part(target, draft, args.n, args.repeats, args.fixed_k, args.threads, args.limit)
+    if "rewrite" in parts:
+        rewrite_part(target, args.repeats, args.threads)
+
+
+if __name__ == "__main__":
+    main()
