@@ -127,7 +127,7 @@ def rewrite_part(target: str, repeats: int, threads: int):
     print(f"  plain    {p_tps:6.1f} tok/s decode   {p_wall:6.1f} s wall")
     print(f"  default  {s_tps:6.1f} tok/s decode   {s_wall:6.1f} s wall   "
           f"{s_tps / p_tps:.2f}x decode, {p_wall / s_wall:.2f}x wall")
-    print(f"  from drafts: {spec[0]['drafts']}; k chosen {spec[0]['k']}; same output as --no-spec: "
+    print(f"  from {spec[0]['drafts']}; k chosen {spec[0]['k']}; same output as --no-spec: "
           f"{'yes' if same else 'NO'}")
 
 
