@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specgen.errors import SpecgenError
 
-KINDS = ("q4_0", "f32")
+KINDS = ("q4_0", "f32", "f16")
 
 
 def requantize(source: str | Path, out: str | Path, kind: str) -> Path:
@@ -32,6 +32,8 @@ def requantize(source: str | Path, out: str | Path, kind: str) -> Path:
     if kind == "q4_0":
         p.ftype = L.LLAMA_FTYPE_MOSTLY_Q4_0
         p.token_embedding_type = L.GGML_TYPE_Q4_0
+    elif kind == "f16":  # rows nearly free on a CPU, as on a GPU: the cheap-row regime's target
+        p.ftype = L.LLAMA_FTYPE_MOSTLY_F16
     else:
         p.ftype = L.LLAMA_FTYPE_ALL_F32
     try:
