@@ -11,11 +11,18 @@ Qwen2.5-Coder 1.5B Instruct drafted by its 0.5B (the catalog's pair
   2. `specgen rewrite` of benchmarks/prompts/inventory.py (108 lines) by an
      instruction, plain against the default: decode tok/s, wall time, the share
      of the output from drafts, and whether both outputs are the same bytes.
+  3. with `--tools DIR` (llama.cpp's build/bin), llama.cpp's own tools on the
+     same prompt tokens (the templated text; its token count is checked):
+     `llama-speculative-simple --spec-type draft-simple -md 0.5B` at each
+     `--spec-draft-n-max` of --llama-n-max, and its model-free types
+     (llama-lookup, ngram-simple, ngram-mod, ngram-map-k) on the edit and QA
+     requests; per request specgen's figure over llama.cpp's best.
 Each request runs in every configuration `--repeats` times, the order
 alternating (specgen bench's runner); speedups are of medians.
 
     python benchmarks/real_pair.py --repeats 3            # the Q4_K_M target as downloaded
     python benchmarks/real_pair.py --f16 --repeats 3      # an F16 copy: rows nearly free, as on a GPU
+    python benchmarks/real_pair.py --f16 --parts bench --tools LLAMA_CPP_BUILD/bin
 
 --parts bench,rewrite picks the parts. The F16 copy is written once into
 specgen's cache (engine.quantize.requantize).
@@ -35,11 +42,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's specgen, never an installed copy
+sys.path.insert(0, str(HERE))
+
+from suffixlib.llama import find_tools, follows, llama_spec  # noqa: E402
 
 PAIR = "qwen2.5-coder-1.5b"
 REQUESTS = HERE / "prompts" / "instruct.jsonl"
 REWRITE_FILE = HERE / "prompts" / "inventory.py"
 REWRITE_INSTRUCTION = "Add type hints to every function signature."
+MODEL_FREE = ("lookup", "ngram-simple", "ngram-mod", "ngram-map-k")  # llama.cpp's, on MODEL_FREE_ON
+MODEL_FREE_ON = ("edit", "qa")
 
 
 def models(f16: bool) -> tuple[str, str]:
@@ -66,6 +78,7 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
     result = run_bench(REQUESTS, configs, model=target, max_tokens=n, repeats=repeats, threads=threads, limit=limit)
     ids = [r["id"] for r in result.records]
     cfgs = result.configs
+    medians = {}
     header = f"{'request':<10} {'plain tok/s':>11} " + " ".join(f"{nm:>18}" for nm in names)
     print(header)
     ratios = {c: [] for c in cfgs[1:]}
@@ -76,9 +89,11 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
         for run in rec["runs"]:
             by[run["config"]].append(run)
         plain = statistics.median(r["tokens_per_s"] for r in by["plain"])
+        medians[rec["id"]] = {"plain": plain, "tokens": by["plain"][0]["tokens"]}
         cells = []
         for c in cfgs[1:]:
             tps = statistics.median(r["tokens_per_s"] for r in by[c])
+            medians[rec["id"]][c.split("=")[0].split(":")[0]] = tps
             ratios[c].append(tps / plain)
             same = all(r["tokens"] == by["plain"][0]["tokens"] for r in by[c])
             differs[c] += not same
@@ -93,6 +108,53 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
     for c, nm in zip(cfgs[1:], names):
         hist = " ".join(f"{k}:{v}" for k, v in sorted(hists[c].items()))
         print(f"k chosen, {nm}: {hist}  (texts differing from plain: {differs[c]} of {len(ids)})")
+    return medians
+
+
+def prompts(target: str, ours: dict | None) -> dict[str, tuple[str, str, int, str | None]]:
+    """Each request's templated text, category, token count (as specgen bench reads it) and
+    plain's text (where the bench part ran)."""
+    from specgen.bench.requests import apply_chat_template, load_requests, request_tokens
+    from specgen.engine.llama import Engine
+
+    with Engine(target, vocab_only=True) as engine:
+        return {r.id: (apply_chat_template(engine, r.messages), r.category, len(request_tokens(engine, r)),
+                       engine.detokenize(ours[r.id]["tokens"]) if ours and r.id in ours else None)
+                for r in load_requests(REQUESTS)}
+
+
+def llama_part(tools: str, target: str, draft: str, n: int, threads: int, n_maxes: list[int],
+               limit: int | None, ours: dict | None):
+    """llama.cpp's tools on the same prompt tokens; each request's best n-max / type beside
+    specgen's figure (`ours`: bench_part's medians) as a ratio."""
+    rows = []
+    for rid, (text, category, n_tokens, plain_text) in list(prompts(target, ours).items())[:limit]:
+        runs = {f"draft n-max {k}": llama_spec(tools, target, text, "draft-simple", n, threads, 4096, k, draft=draft)
+                for k in n_maxes}
+        if category in MODEL_FREE_ON:
+            runs.update({t: llama_spec(tools, target, text, t, n, threads, 4096, 8) for t in MODEL_FREE})
+        for name, r in runs.items():
+            if "error" in r:
+                sys.exit(f"real_pair.py: llama.cpp {name} on {rid}: {r['error']}")
+            if r["prompt_tokens"] is not None and r["prompt_tokens"] != n_tokens:
+                sys.exit(f"real_pair.py: llama.cpp read {r['prompt_tokens']} prompt tokens of {rid}, specgen {n_tokens}")
+        rows.append((rid, runs))
+        drafts = {k: r for k, r in runs.items() if k.startswith("draft")}
+        best_d = max(drafts, key=lambda k: drafts[k]["tokens_per_s"])
+        line = f"{rid:<10} draft: best {best_d.split()[-1]:>2} {drafts[best_d]['tokens_per_s']:6.1f} tok/s"
+        if ours and rid in ours:
+            line += f"  specgen -d / it {ours[rid]['draft'] / drafts[best_d]['tokens_per_s']:5.2f}x"
+            parted = follows(drafts[best_d]["text"], plain_text)
+            line += "" if parted is None else f" (its text parts from plain's at char {parted})"
+        free = {k: r for k, r in runs.items() if not k.startswith("draft")}
+        if free:
+            best_f = max(free, key=lambda k: free[k]["tokens_per_s"])
+            line += f"   model-free: best {best_f} {free[best_f]['tokens_per_s']:6.1f} tok/s"
+            if ours and rid in ours:
+                line += f"  specgen default / it {ours[rid]['lookup'] / free[best_f]['tokens_per_s']:5.2f}x"
+        print(line, flush=True)
+    print("llama.cpp's decode tok/s over the tokens specgen counts (suffixlib.llama.same_count_rate), one run each")
+    return rows
 
 
 def rewrite_once(target: str, spec: bool, threads: int, out: Path) -> dict:
@@ -140,6 +202,8 @@ def main() -> None:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="only the first N requests")
     ap.add_argument("--parts", default="bench,rewrite")
+    ap.add_argument("--tools", default="", help="llama.cpp's build/bin: add its tools on the same prompts")
+    ap.add_argument("--llama-n-max", default="2,3,4,6,8", help="llama-speculative-simple's n-max values")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     if parts - {"bench", "rewrite"}:
@@ -147,8 +211,13 @@ def main() -> None:
     target, draft = models(args.f16)
     print(f"target {Path(target).name} · draft {Path(draft).name} · {args.threads} threads · greedy · "
           f"{args.n} tokens · {args.repeats} repeats")
+    ours = None
     if "bench" in parts:
-        bench_part(target, draft, args.n, args.repeats, args.fixed_k, args.threads, args.limit)
+        ours = bench_part(target, draft, args.n, args.repeats, args.fixed_k, args.threads, args.limit)
+    tools = find_tools(args.tools)
+    if tools:
+        llama_part(tools, target, draft, args.n, args.threads, [int(k) for k in args.llama_n_max.split(",")],
+                   args.limit, ours)
     if "rewrite" in parts:
         rewrite_part(target, args.repeats, args.threads)
 

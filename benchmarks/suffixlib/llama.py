@@ -37,13 +37,17 @@ def find_tools(given: str | None) -> str | None:
     return None
 
 
-def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max):
+def llama_spec(tools, model, text, spec_type, n, threads, ctx, k_max, draft=None):
+    """One greedy run of llama.cpp's tool for `spec_type` (a model-free type, or
+    "draft-simple" with `draft`, the draft model's path)."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(text + "\n")  # llama.cpp's -f drops one trailing newline: the same tokens as specgen's
     if spec_type == "lookup":
         cmd = [str(Path(tools) / "llama-lookup")]
     else:
         cmd = [str(Path(tools) / "llama-speculative-simple"), "--spec-type", spec_type]
+    if draft is not None:
+        cmd += ["-md", str(draft), "-td", str(threads)]
     out = subprocess.run(
         # -n n - 1: llama.cpp counts the prompt's first sampled token apart ("decoded n + 1")
         cmd + ["-m", str(model), "-f", f.name, "-n", str(n - 1), "-t", str(threads), "-c", str(ctx),
