@@ -7,9 +7,9 @@ cannot encode text is refused), and builds the drafter through the one
 `build_drafter` (specgen.drafters.build). The `Session` it returns is the one
 holder of opened models, for every command: run, chat, rewrite, tune, serve
 (specgen.serve.setup) and bench (specgen.bench.models, which opens several
-draft models beside one target). The mode says what drafts: "plain",
-"lookup", "suffix", "draft" or "heads" (prediction heads over the target's
-hidden state: the target is then opened with hidden=True, and only then).
+draft models beside one target). What it speculates with is one `SpecPlan`
+(specgen.plan: its kind, k, policy and drafter options); heads read the
+target's hidden state, so only then is the target opened with hidden=True.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Sequence
 from specgen.decode.generation import Generation
 from specgen.drafters.base import Drafter
 from specgen.drafters.build import DrafterOptions, OpenedDraft, build_drafter
-from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, HEADS_NGRAM_MIN, NGRAM_MAX
 from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
 from specgen.models.catalog import AUTO_PAIR, Catalog, load_catalog
 from specgen.notes import note
+from specgen.plan import NGRAM_MAX, POLICIES, SUFFIX_CHOICES, Kind, SpecPlan, resolve
 from specgen.policy.estimates import CostLog
 from specgen.rules.sampling import SamplingParams
 
@@ -47,23 +47,17 @@ class ModelOptions:
     n_seq: int = 1
     adaptive: str | None = None  # cost | heuristic | fixed; None: cost, or fixed when -k is given
     p_min: float = 0.0
-    drafter: str | None = None  # "suffix": the suffix index instead of prompt lookup
+    drafter: Kind | None = None  # Kind.SUFFIX: the suffix index instead of prompt lookup
     global_cache: bool = False  # suffix: also draft from earlier requests of this process
     suffix_choice: str = "latest"  # suffix: latest occurrence's continuation, or "frequent"
     tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.decode.tree)
     heads: str | None = None  # prediction heads: a heads file, or "auto" (the one trained for the target)
 
-    def lookup_ngram_min(self, alongside: bool = False, heads: bool = False) -> int:
-        """Prompt lookup's shortest match: as given, else 1 (2 beside a draft model, 1 beside heads)."""
-        if self.ngram_min is not None:
-            return self.ngram_min
-        return HEADS_NGRAM_MIN if heads else ALONGSIDE_NGRAM_MIN if alongside else 1
-
     def validate(self) -> None:
         chosen = [name for name, on in (("-d/--draft", self.draft),
                                         ("--lookup", self.lookup and not self.draft and not self.heads),
                                         ("--heads", self.heads), ("--no-spec", self.no_spec),
-                                        ("--suffix", self.drafter == "suffix")) if on]
+                                        ("--suffix", self.drafter == Kind.SUFFIX)) if on]
         if len(chosen) > 1:
             raise SpecgenError(f"choose one of {', '.join(chosen)}")
         if self.draft_max is not None and self.draft_max < 1:
@@ -72,7 +66,7 @@ class ModelOptions:
             raise SpecgenError(f"-c/--ctx-size must be >= 16 (got {self.ctx_size})")
         if self.threads is not None and self.threads < 1:
             raise SpecgenError(f"-t/--threads must be >= 1 (got {self.threads})")
-        if not 1 <= self.lookup_ngram_min() <= self.ngram_max:
+        if not 1 <= (self.ngram_min or 1) <= self.ngram_max:
             raise SpecgenError("n-gram sizes need 1 <= --ngram-min <= --ngram-max")
         if self.adaptive is not None and self.adaptive not in POLICIES:
             raise SpecgenError(f"unknown --adaptive policy '{self.adaptive}' (choose {', '.join(POLICIES)})")
@@ -82,29 +76,33 @@ class ModelOptions:
             raise SpecgenError(f"--tree-width must be >= 1 (got {self.tree_width})")
         if self.heads is not None and not self.heads.strip():
             raise SpecgenError("--heads needs a heads file or auto")
-        if self.tree_width > 1 and (self.drafter != "suffix" or self.n_seq > 1):
+        if self.tree_width > 1 and (self.drafter != Kind.SUFFIX or self.n_seq > 1):
             raise SpecgenError("--tree-width needs --suffix (and one sequence)")
-        if self.drafter not in (None, "lookup", "suffix"):
+        if self.drafter not in (None, Kind.LOOKUP, Kind.SUFFIX):
             raise SpecgenError(f"unknown drafter '{self.drafter}' (choose lookup or suffix)")
-        from specgen.drafters.automaton import CHOICES
+        if self.suffix_choice not in SUFFIX_CHOICES:
+            raise SpecgenError(f"unknown suffix continuation '{self.suffix_choice}' (choose {', '.join(SUFFIX_CHOICES)})")
 
-        if self.suffix_choice not in CHOICES:
-            raise SpecgenError(f"unknown suffix continuation '{self.suffix_choice}' (choose {', '.join(CHOICES)})")
+    def plan(self, kind: Kind | str, k: int | None = None, k_cap: int | None = None) -> SpecPlan:
+        """What this command speculates with when `kind` drafts (specgen.plan.resolve):
+        k is -k, else `k` (a pair's draft_max), at most `k_cap` (the heads' count)."""
+        return resolve(kind, k=self.draft_max or k, policy=self.policy_name, lookup=self.lookup,
+                       ngram_max=self.ngram_max, ngram_min=self.ngram_min, p_min=self.p_min,
+                       global_cache=self.global_cache, suffix_choice=self.suffix_choice, tree_width=self.tree_width,
+                       k_cap=k_cap)
 
-    def drafter_options(self, mode: str, model_max: int | None = None) -> DrafterOptions:
-        """What this command drafts with in `mode` (plain: the options a chat's /spec would use)."""
-        kind = {"draft": "model", "suffix": "suffix", "heads": "heads"}.get(mode, "lookup")
-        alongside = mode in ("draft", "heads") and (self.lookup or (self.lookup is None and self.policy_name == "cost"))
-        return DrafterOptions(kind, self.ngram_max, self.lookup_ngram_min(), lookup_alongside=bool(alongside),
-                              alongside_ngram_min=self.lookup_ngram_min(alongside=True, heads=mode == "heads"),
-                              model_max=model_max,
-                              p_min=self.p_min, global_cache=self.global_cache, suffix_choice=self.suffix_choice)
+    def asks_free(self) -> bool:
+        """Something other than a draft model was asked for (a pair's draft is then not opened)."""
+        return bool(self.lookup or self.no_spec or self.drafter == Kind.SUFFIX or self.heads)
 
     @property
     def policy_name(self) -> str:
         if self.adaptive:
             return self.adaptive
         return "fixed" if self.draft_max is not None else "cost"
+
+
+PLAIN_PLAN = resolve(Kind.PLAIN)
 
 
 @dataclass
@@ -114,19 +112,27 @@ class Session:
 
     target: Engine
     target_path: Path
+    plan: SpecPlan = PLAIN_PLAN  # what it speculates with (specgen.plan)
     drafts: dict[Path, OpenedDraft] = field(default_factory=dict)
-    mode: str = "plain"  # plain | lookup | suffix | draft | heads
-    draft_max: int = 0
-    drafter_options: DrafterOptions = DrafterOptions("lookup")
     draft_path: Path | None = None
-    policy_name: str = "fixed"
     drafter: Drafter | None = None  # built at open; `new_drafter()` builds a fresh one
     engine_kw: dict = field(default_factory=dict)  # how draft models are opened beside the target
-    tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.decode.tree)
     costs_seen: CostLog = field(default_factory=CostLog)  # what its policies timed, per model (see close)
     heads: object | None = None  # the loaded prediction heads (specgen.heads.model.Heads), checked against the target
     heads_step_s: float = 0.0  # one head's step, timed when they were loaded (the cost policy's first figure)
     holds_blas: bool = False  # it holds numpy's BLAS at one thread while heads draft (`hold_one_blas_thread`)
+
+    @property
+    def mode(self) -> Kind:
+        return self.plan.kind
+
+    @property
+    def draft_max(self) -> int:
+        return self.plan.k
+
+    @property
+    def policy_name(self) -> str:
+        return self.plan.policy
 
     @property
     def draft_engine(self) -> Engine | None:
@@ -152,10 +158,10 @@ class Session:
     def new_drafter(self, options: DrafterOptions | None = None, draft_path: Path | None = None) -> Drafter:
         """A fresh drafter (new indexes) by `options` (default: the session's), over the
         session's draft model or the one at `draft_path`."""
-        options = options or self.drafter_options
+        options = options or self.plan.drafting
         path = draft_path or self.draft_path
-        draft = self.open_draft(path) if options.kind == "model" and path is not None else None
-        return build_drafter(options, self.target, draft, self.heads if options.kind == "heads" else None)
+        draft = self.open_draft(path) if options.kind is Kind.DRAFT and path is not None else None
+        return build_drafter(options, self.target, draft, self.heads if options.kind is Kind.HEADS else None)
 
     def new_policy(self, k: int | None = None, name: str | None = None, shared: dict | None = None,
                    draft_engine: Engine | None = None, heads_step_s: float | None = None, heads=None):
@@ -164,28 +170,33 @@ class Session:
         heads whose step takes `heads_step_s` (and whose measured acceptance, `heads`, is the
         policy's prior; default: the session's heads, when it drafts with them); the passes it times are kept for the cached profiles (`close`)."""
         heads_s = heads_step_s
-        if heads_s is None and self.mode == "heads" and draft_engine is None:
+        if heads_s is None and self.mode is Kind.HEADS and draft_engine is None:
             heads_s, heads = self.heads_step_s, self.heads
         return make_policy(name or self.policy_name, self.draft_max if k is None else k, self.target,
                            draft_engine if draft_engine is not None else self.draft_engine, shared=shared,
                            log=self.costs_seen, heads_step_s=heads_s, heads=heads)
 
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, params: SamplingParams = SamplingParams(),
-                 ignore_eos: bool = False, policy=None, on_prefill=None) -> Generation:
-        """One generation with the session's drafter and a fresh policy: iterate it for
-        its rounds (`Round`: the tokens each target pass settled); read `stats`, `text`.
-        A str prompt is tokenized as text (no chat template). `on_prefill(done, total)`:
-        told as a long prompt is read (Generation.read_prompt)."""
+                 ignore_eos: bool = False, policy=None, on_prefill=None, drafter: Drafter | None = None,
+                 k: int | None = None) -> Generation:
+        """One generation: iterate it for its rounds (`Round`: the tokens each target
+        pass settled); read `stats`, `text`. It drafts with the session's drafter and
+        plan, or with `drafter` (None for plain decoding: k=0) up to `k`, under
+        `policy` (default: a fresh one). A str prompt is tokenized as text (no chat
+        template). `on_prefill(done, total)`: told as a long prompt is read
+        (Generation.read_prompt)."""
         tokens = self.target.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-        kw = dict(draft_max=self.draft_max, max_tokens=max_tokens, params=params, ignore_eos=ignore_eos,
-                  policy=policy if policy is not None else self.new_policy())
+        drafter = self.drafter if drafter is None and k is None else drafter
+        k = self.draft_max if k is None else k
+        kw = dict(draft_max=k if drafter is not None else 0, max_tokens=max_tokens, params=params,
+                  ignore_eos=ignore_eos, policy=policy if policy is not None else self.new_policy())
         if on_prefill is not None:
             kw["on_prefill"] = on_prefill
-        if self.tree_width > 1:
+        if self.plan.tree_width > 1:
             from specgen.decode.tree import TreeGeneration
 
-            return TreeGeneration(self.target, tokens, self.drafter, tree_width=self.tree_width, **kw)
-        return Generation(self.target, tokens, self.drafter, **kw)
+            return TreeGeneration(self.target, tokens, drafter, tree_width=self.plan.tree_width, **kw)
+        return Generation(self.target, tokens, drafter, **kw)
 
     def __enter__(self) -> "Session":
         return self
@@ -221,12 +232,6 @@ class Session:
             self.holds_blas = True
 
 
-# Fixed k (-k without --adaptive) defaults, and the ceiling adaptive policies may reach.
-DEFAULT_DRAFT_MAX = {"lookup": 8, "suffix": 8, "draft": 4, "heads": 4, "plain": 0}
-ADAPTIVE_K_MAX = {"lookup": 16, "suffix": 16, "draft": 8, "heads": 8, "plain": 0}  # heads: never more than they have
-POLICIES = ("cost", "heuristic", "fixed")
-
-
 def open_draft(target: Engine, path: Path, **engine_kw) -> OpenedDraft:
     """A draft model for `target`, opened once, with its weights (engine_kw as
     Engine's; the caller closes `engine`: a Session does). Equal tokenizer
@@ -259,17 +264,18 @@ def open_draft(target: Engine, path: Path, **engine_kw) -> OpenedDraft:
 
 def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | None = None, *,
                 shared: dict | None = None, log: CostLog | None = None, heads_step_s: float | None = None, heads=None,
-                **cost_kw):
+                seed: int = 0, build=None):
     """A fresh policy for one generation. cost: from the profiles of the target
     (verify curve) and the draft model (one step, bulk feed), probed on first
     use, or prediction heads' step (`heads_step_s`, timed when they were loaded:
     no draft engine, no catch-up; a round of k heads is priced k steps and the
     policy corrects the step from the rounds it times); `shared` acceptance
     statistics let a server's requests learn from each other; `log`: where the
-    passes it times are kept (a session's); `cost_kw`: further CostAware
-    arguments (e.g. explore_near=False)."""
+    passes it times are kept (a session's); `build(k_max, costs, priors, seed=,
+    shared=)`: what makes the cost policy (default CostAware; a benchmark's
+    variant of it)."""
     from specgen.policy.base import FixedK, Heuristic
-    from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware, heads_prior
+    from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware, Costs, Priors, heads_prior
 
     if name == "fixed" or k_max == 0:
         return FixedK()
@@ -278,28 +284,23 @@ def make_policy(name: str, k_max: int, target: Engine, draft_engine: Engine | No
     from specgen.engine.costs import cost_profile, with_seen
 
     prof = cost_profile(target)
-    step = feed = 0.0
-    curve = None
     if log is not None:  # a probed profile, as the session's earlier passes filled it in
         prof = with_seen(prof, log.of(target))
-    kw = dict(provisional=prof.get("provisional", ()))
-    if log is not None:
-        kw["seen"] = log.of(target)
+    costs = Costs(prof["verify_s"], provisional=prof.get("provisional", ()),
+                  seen=log.of(target) if log is not None else None)
     # a draft of another vocabulary (translated through text) keeps the weaker prior
     same_vocab = draft_engine is not None and draft_engine.n_vocab == target.n_vocab
     if draft_engine is not None:
         draft = cost_profile(draft_engine)
         if log is not None:
             draft = with_seen(draft, log.of(draft_engine))
-        step, feed, curve = draft["verify_s"][1], draft["feed_s"], draft["verify_s"]
-        kw["draft_provisional"] = draft.get("provisional", ())
-        if log is not None:
-            kw["draft_seen"] = log.of(draft_engine)
-    prior = DRAFT_MODEL_PRIOR if same_vocab else None
+        costs = replace(costs, draft_step_s=draft["verify_s"][1], feed_s=draft["feed_s"],
+                        draft_verify_s=draft["verify_s"], draft_provisional=draft.get("provisional", ()),
+                        draft_seen=log.of(draft_engine) if log is not None else None)
+    priors = Priors(model=DRAFT_MODEL_PRIOR if same_vocab else None)
     if heads_step_s is not None and draft_engine is None:
-        step, prior = heads_step_s, heads_prior(heads)
-    return CostAware(k_max, prof["verify_s"], step, feed, draft_verify_s=curve, shared=shared,
-                     model_prior=prior, **kw, **cost_kw)
+        costs, priors = replace(costs, draft_step_s=heads_step_s), Priors(model=heads_prior(heads))
+    return (build or CostAware)(k_max, costs, priors, seed=seed, shared=shared)
 
 
 def make_gate(policy_name: str):
@@ -315,34 +316,24 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
     """Open what `opts` asks for: the target, its draft model if any, the drafter."""
     opts.validate()
     catalog = catalog or load_catalog()
-    model_ref, draft_ref, draft_max = opts.model, opts.draft, opts.draft_max
+    model_ref, draft_ref, pair_k = opts.model, opts.draft, None
     if opts.pair == AUTO_PAIR:
         draft_ref = draft_ref or auto_draft(opts, catalog)
     elif opts.pair:
         pair = registry.resolve_pair(opts.pair, catalog)
         model_ref = model_ref or pair.target
-        if not (opts.lookup or opts.no_spec or opts.drafter == "suffix" or opts.heads):
+        if not opts.asks_free():
             draft_ref = draft_ref or pair.draft
-        draft_max = draft_max or pair.draft_max
+        pair_k = pair.draft_max
     target_path = _resolve(model_ref, catalog)
     draft_path = _resolve(draft_ref, catalog) if draft_ref else None
-    mode = "plain" if opts.no_spec else "draft" if draft_path else "heads" if opts.heads else \
-        "suffix" if opts.drafter == "suffix" else "lookup"
-    if opts.lookup is False and mode not in ("draft", "heads"):
+    kind = Kind.PLAIN if opts.no_spec else Kind.DRAFT if draft_path else Kind.HEADS if opts.heads else \
+        Kind.SUFFIX if opts.drafter == Kind.SUFFIX else Kind.LOOKUP
+    if opts.lookup is False and not kind.with_model:
         raise SpecgenError("--no-lookup needs a draft model (-d/--draft or --pair) or --heads; "
                            "to decode plainly use --no-spec")
-    heads = open_heads(opts.heads, target_path, model_ref) if mode == "heads" else None
-    policy_name = "fixed" if mode == "plain" else opts.policy_name
-    drafter_options = opts.drafter_options(mode)
-    default_k = DEFAULT_DRAFT_MAX if policy_name == "fixed" else ADAPTIVE_K_MAX
-    k = 0 if mode == "plain" else (draft_max or default_k[mode])
-    if heads is not None:
-        k = min(k, heads.n_heads)  # no more tokens a round than the heads have
-    if drafter_options.lookup_alongside:
-        # lookup's offers reach as far as lookup's own ceiling; the model's stays
-        drafter_options = replace(drafter_options, model_max=k)
-        if not draft_max:
-            k = default_k["lookup"]
+    heads = open_heads(opts.heads, target_path, model_ref) if kind is Kind.HEADS else None
+    plan = opts.plan(kind, pair_k, k_cap=heads.n_heads if heads is not None else None)
 
     # several sequences (a server) share one unified KV pool: see specgen.serve.scheduler
     # (draft trees: one sequence per branch, in one unified pool: see specgen.decode.tree)
@@ -352,16 +343,14 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
     _note_large(target_path, draft_path)
     # only heads read the target's hidden states (a draft model opened beside it never does)
     target = Engine(target_path, **kw, hidden=heads is not None)
-    session = Session(target, target_path, mode=mode, draft_max=k, drafter_options=drafter_options,
-                      draft_path=draft_path, policy_name=policy_name, engine_kw=kw, tree_width=opts.tree_width,
-                      heads=heads)
+    session = Session(target, target_path, plan, draft_path=draft_path, engine_kw=kw, heads=heads)
     try:
         if heads is not None:
             from specgen.heads.model import time_heads
 
             session.hold_blas()
             session.heads_step_s = time_heads(heads, target.n_embd)
-        if mode != "plain":
+        if kind is not Kind.PLAIN:
             session.drafter = session.new_drafter()
     except BaseException:
         session.close()
@@ -390,7 +379,7 @@ def open_heads(ref: str, target_path: Path, model_ref: str | None = None):
 def auto_draft(opts: ModelOptions, catalog: Catalog) -> str | None:
     """--pair auto: the best local draft for the target (specgen.drafters.pairing), said in one
     note; None where none can draft (prompt lookup then) or another drafter was asked."""
-    if opts.lookup or opts.no_spec or opts.drafter == "suffix" or opts.heads:
+    if opts.asks_free():
         return None
     from specgen.drafters.pairing import choose
 

@@ -15,7 +15,8 @@ PKG = ROOT / "specgen"
 # Higher imports lower, never the reverse; a folder's modules may import each other.
 RANK = {
     "__main__": 95, "cli": 90, "api": 85, "bench": 80, "serve": 70, "session": 60, "decode": 50,
-    "drafters": 40, "heads": 35, "engine": 30, "policy": 20, "rules": 20, "models": 20, "apps": 20, "errors": 0, "notes": 0,
+    "drafters": 40, "heads": 35, "engine": 30, "policy": 25, "rules": 20, "models": 20, "apps": 20, "plan": 10,
+    "errors": 0, "notes": 0,
     "": 0,
 }
 # the drafters' classes: built in specgen/drafters/build.py only
@@ -95,7 +96,7 @@ def test_files_stay_small_and_the_top_level_stays_short():
     big = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
     assert not big
     top = sorted(p.name for p in PKG.glob("*.py"))
-    assert len(top) <= 6, top
+    assert len(top) <= 7, top
 
 
 def _calls(name: str) -> list[str]:
@@ -115,5 +116,52 @@ def test_drafters_are_built_in_one_place(cls):
     assert places <= allowed and "specgen/drafters/build.py" in places, places
 
 
+POLICY_CLASSES = ("Policy", "FixedK", "Heuristic", "CostAware")
+# names that hold a drafter or a policy (a variable, an argument, an attribute)
+_HOLDERS = ("drafter", "policy", "model_drafter", "lookup_drafter")
+
+
+def _holds_drafter_or_policy(node) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name in _HOLDERS or name.endswith(("_drafter", "_policy"))
+
+
+def _probes() -> list[str]:
+    """isinstance(x, <a drafter or policy class>), and getattr/hasattr on something
+    that holds a drafter or a policy: asking what an object is instead of what it declares."""
+    classes = set(DRAFTER_CLASSES) | set(POLICY_CLASSES) | {"Drafter"}
+    hits = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            if node.func.id == "isinstance" and len(node.args) == 2:
+                named = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                if any(isinstance(c, ast.Name) and c.id in classes for c in named):
+                    hits.append(where)
+            elif node.func.id in ("getattr", "hasattr") and _holds_drafter_or_policy(node.args[0]):
+                hits.append(where)
+    return hits
+
+
 def test_capabilities_are_declared_not_probed():
     assert len(_calls("hasattr")) <= 1, _calls("hasattr")
+    assert not _probes()
+
+
+def test_the_probe_check_can_fail(tmp_path, monkeypatch):
+    """The check above finds each kind of probe it polices (so its silence means something)."""
+    (tmp_path / "specgen").mkdir()
+    (tmp_path / "specgen" / "x.py").write_text(
+        "def f(policy, gen, d):\n"
+        "    a = isinstance(policy, CostAware)\n"
+        "    b = getattr(gen.policy, 'name', 'fixed')\n"
+        "    c = hasattr(self.drafter, 'trees')\n"
+        "    e = isinstance(d, (int, WithLookup))\n"
+        "    ok = getattr(gen.target, 'kv_unified', False)\n")
+    import sys
+
+    monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path / "specgen")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert [h.rsplit(":", 1)[1] for h in _probes()] == ["2", "3", "4", "5"]

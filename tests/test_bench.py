@@ -183,10 +183,13 @@ def test_lookup_alongside_reaches_lookups_ceiling_as_in_run():
     # `specgen run --heads` / `-d` under the cost policy: lookup's offers up to 16, the model's own k at most 8
     for text in ("heads=h.npz:policy=cost", "draft=m.gguf:policy=cost"):
         c = B.parse_config(text)
-        assert (c.k, c.round_k, c.drafter_options().model_max) == (8, 16, 8), text
-    for text in ("draft=m.gguf:policy=cost,lookup=off", "heads=h.npz:k=4,lookup=on", "lookup:policy=cost"):
+        assert (c.k, c.round_k, c.plan.drafting.model_max) == (8, 16, 8), text
+    # an explicit k bounds the whole round, lookup's offers too, as `specgen run -k`
+    c = B.parse_config("heads=h.npz:k=4,lookup=on")
+    assert (c.round_k, c.plan.lookup_alongside, c.plan.model_k) == (4, True, 4)
+    for text in ("draft=m.gguf:policy=cost,lookup=off", "lookup:policy=cost"):
         c = B.parse_config(text)
-        assert c.round_k == c.k and c.drafter_options().model_max is None, text
+        assert c.round_k == c.k and c.plan.drafting.model_max is None and not c.plan.lookup_alongside, text
     # lookup alongside matches as in `specgen run`: two tokens beside a draft model, one beside heads
     assert B.parse_config("draft=m.gguf:policy=cost").drafter_options().alongside_ngram_min == 2
     assert B.parse_config("heads:policy=cost").drafter_options().alongside_ngram_min == 1
@@ -198,9 +201,25 @@ def test_lookup_alongside_reaches_lookups_ceiling_as_in_run():
         B.parse_config("draft=m.gguf:ngram_min=9")
     from specgen.session import ModelOptions
 
-    assert ModelOptions().drafter_options("heads").alongside_ngram_min == 1
-    assert ModelOptions().drafter_options("draft").alongside_ngram_min == 2
-    assert ModelOptions(ngram_min=3).drafter_options("heads").alongside_ngram_min == 3
+    assert ModelOptions().plan("heads").drafting.alongside_ngram_min == 1
+    assert ModelOptions().plan("draft").drafting.alongside_ngram_min == 2
+    assert ModelOptions(ngram_min=3).plan("heads").drafting.alongside_ngram_min == 3
+
+
+def test_bench_and_run_resolve_the_same_plan():
+    # one rule (specgen.plan.resolve): a bench config and the CLI's options that ask
+    # for the same thing get the same plan
+    from specgen.session import ModelOptions
+
+    pairs = [("draft=m.gguf", ModelOptions(draft="m.gguf", adaptive="fixed")),
+             ("draft=m.gguf:k=3", ModelOptions(draft="m.gguf", draft_max=3)),
+             ("draft=m.gguf:policy=cost,lookup=off", ModelOptions(draft="m.gguf", lookup=False)),
+             ("heads:k=2,policy=cost", ModelOptions(heads="auto", draft_max=2, adaptive="cost")),
+             ("lookup:policy=cost", ModelOptions()),
+             ("lookup:k=5", ModelOptions(draft_max=5))]
+    for text, opts in pairs:
+        c = B.parse_config(text)
+        assert c.plan == opts.plan(c.kind), text
 
 
 def test_config_label_shortens_paths():

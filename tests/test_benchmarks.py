@@ -309,7 +309,7 @@ def test_the_command_runs_one_module_per_mode(replay):
 def test_policy_replay_of_recorded_drafts(policy_mode):
     """A recorded greedy run and a draft right on every other stretch: fixed k and the cost policy."""
     from specgen.policy.base import FixedK
-    from specgen.policy.cost import CostAware
+    from specgen.policy.cost import CostAware, Costs, Priors
 
     n, depth = 24, policy_mode.DEPTH
     target = [(3 * i) % 17 for i in range(n + depth)]
@@ -317,8 +317,7 @@ def test_policy_replay_of_recorded_drafts(policy_mode):
     rec = {"target": target, "drafts": drafts, "prompt": [1, 2, 3]}
     costs = {"verify": CURVE, "draft": [0.0] + [0.005 + 0.001 * r for r in range(1, 40)], "feed": 0.001}
     plain = policy_mode.replay_policy(rec, FixedK(), n, costs)  # FixedK drafts as deep as allowed
-    cost = policy_mode.replay_policy(rec, CostAware(policy_mode.OFFER_MAX, CURVE, costs["draft"][1], costs["feed"],
-                                                    draft_verify_s=costs["draft"], seed=0), n, costs)
+    cost = policy_mode.replay_policy(rec, CostAware(policy_mode.OFFER_MAX, Costs(CURVE, costs["draft"][1], costs["feed"], draft_verify_s=costs["draft"]), seed=0), n, costs)
     assert plain["tps"] > 0 and cost["tps"] > 0 and sum(cost["k_hist"].values()) > 0
 
 
@@ -348,10 +347,10 @@ def test_translate_default_is_the_recorded_model_with_lookup_alongside_as_build_
     from types import SimpleNamespace
 
     from specgen.drafters.build import DrafterOptions, OpenedDraft, build_drafter
-    from specgen.policy.cost import CostAware
+    from specgen.policy.cost import CostAware, Costs, Priors
 
     depth = translate.DEPTH
-    real = build_drafter(DrafterOptions("model", lookup_alongside=True, model_max=depth), SimpleNamespace(n_vocab=16),
+    real = build_drafter(DrafterOptions("draft", lookup_alongside=True, model_max=depth), SimpleNamespace(n_vocab=16),
                          OpenedDraft(None, same_vocab=True, n_shared=16))
     stand_in = translate.ReplayDraft({}, 0, CURVE, 0.0, None, lookup=build_drafter(translate.ALONGSIDE), model_max=depth)
     for capability in ("name", "free", "offers", "prefills", "trees", "model_max", "policy_stats"):
@@ -359,8 +358,8 @@ def test_translate_default_is_the_recorded_model_with_lookup_alongside_as_build_
     assert (stand_in.lookup.ngram_max, stand_in.lookup.ngram_min) == (real.lookup.ngram_max, real.lookup.ngram_min)
     assert stand_in.translated and not translate.ReplayDraft({}, 0, CURVE, 0.0, None).offers
 
-    monkeypatch.setattr(translate, "make_policy", lambda name, k, *engines, seed=0, **kw: CostAware(
-        k, CURVE, 0.004, 0.0005, draft_verify_s=TRANSLATE_COSTS["draft"], seed=seed, **kw))
+    monkeypatch.setattr(translate, "make_policy", lambda name, k, *engines, seed=0, build=CostAware: build(
+        k, Costs(CURVE, 0.004, 0.0005, draft_verify_s=TRANSLATE_COSTS["draft"]), Priors(), seed=seed, shared=None))
     prompt, n = [5, 6, 7, 5, 6, 7, 5, 6], 14  # a text that repeats its prompt: lookup has offers
     target = [(i % 3) + 5 if i % 7 else 9 for i in range(n + depth)]
     drafts = [target[m:m + depth] if m % 3 else [1] * depth for m in range(1, n + 1)]
@@ -377,3 +376,10 @@ def test_translate_configs_are_cost_policy_arguments(translate):
     for bad in ("default:seed=3", "default:nothing=1", "default:decay=x", "default:decay"):
         with pytest.raises(SystemExit):
             translate.parse_config(bad)
+    # a variant is a subclass with the rule off and its priors replaced; the product's class is untouched
+    from specgen.policy.cost import CostAware, Costs, Priors
+
+    p = translate.cost_variant({"explore_near": False, "decay": 0.9})(8, Costs([0.0, 0.01]), Priors(), seed=0,
+                                                                      shared=None)
+    assert isinstance(p, CostAware) and (p.explore_near, p.decay, p.top_prior) == (False, 0.9, True)
+    assert CostAware.explore_near is True and CostAware(8, Costs([0.0, 0.01])).decay == Priors().decay

@@ -291,7 +291,7 @@ def test_lookup_shortest_match_is_two_beside_a_draft_model_unless_given(given, a
 
     opts = ModelOptions(ngram_min=given)
     opts.validate()
-    assert (opts.lookup_ngram_min(), opts.lookup_ngram_min(alongside=True)) == (alone, alongside)
+    assert (opts.plan("lookup").drafting.ngram_min, opts.plan("draft").drafting.alongside_ngram_min) == (alone, alongside)
 
 
 def test_no_lookup_without_a_draft_model_is_one_clear_error(gemma_path):

@@ -13,8 +13,9 @@ from fakes import FakeEngine, chain_table
 from specgen import notes
 from specgen.engine import costs
 from specgen.engine.costs import PROBE_PASSES, PROBE_REPEATS, PROBE_ROWS, block_curve, cost_profile, learn, merge_seen
-from specgen.policy.cost import CostAware
+from specgen.policy.cost import CostAware, Costs
 from specgen.policy.estimates import CostLog, Estimates, Observed
+from specgen.plan import resolve
 from specgen.session import Session
 
 # Gemma 3 270M Q4_K_M, 2 threads, ms: the curve measured at every row count
@@ -78,7 +79,7 @@ def clock(monkeypatch):
 
 def test_a_session_with_no_cached_costs_times_only_the_probe(model_file, cache):
     target, draft = TimedFake(model_file), TimedFake(model_file, threads=1)
-    s = Session(target, model_file, draft_max=8, policy_name="cost")
+    s = Session(target, model_file, resolve("lookup", k=8, policy="cost"))
     policy = s.new_policy(draft_engine=draft)
     assert isinstance(policy, CostAware)
     assert len(target.decodes) == PROBE_PASSES and len(draft.decodes) == PROBE_PASSES
@@ -140,7 +141,7 @@ def test_a_probe_on_the_measured_machine_prices_every_row_count_near_the_truth(m
 
 def _session_with_probe(model_file, cache, clock, cost=table_cost):
     target = TimedFake(model_file, cost=cost, clock=clock)
-    s = Session(target, model_file, draft_max=8, policy_name="cost")
+    s = Session(target, model_file, resolve("lookup", k=8, policy="cost"))
     return s, s.new_policy(), next(cache.glob("*.json"))
 
 
@@ -175,8 +176,7 @@ def test_a_draft_models_steps_and_bulk_feeds_are_learned(model_file, tmp_path):
     draft = TimedFake(model_file)
     prof = cost_profile(draft, cache=cache)
     seen = Observed()
-    policy = CostAware(8, prof["verify_s"], prof["verify_s"][1], prof["feed_s"], draft_verify_s=prof["verify_s"],
-                       draft_seen=seen)
+    policy = CostAware(8, Costs(prof["verify_s"], prof["verify_s"][1], prof["feed_s"], draft_verify_s=prof["verify_s"], draft_seen=seen))
     step = SimpleNamespace(steps=2, step_s=0.004, fed=0, fed_s=0.0, extra_s=None)
     policy.update(0, 2, 2, verify_s=0.02, draft=step)
     policy.update(0, 0, 0, None, SimpleNamespace(steps=0, step_s=0.0, fed=64, fed_s=0.064, extra_s=None))  # a prefill
@@ -196,7 +196,7 @@ def test_a_cached_full_profile_is_read_as_it_is(model_file, cache, clock):
     e = TimedFake(model_file, cost=table_cost, clock=clock)
     assert cost_profile(e) == full
     assert len(e.decodes) == 2 + 3 * len(costs.SPOT_ROWS)  # only the spot check: its prompt, a warm-up, 3 passes each
-    assert CostAware(8, full["verify_s"]).verify_s == CostAware(8, full["verify_s"], provisional=()).verify_s
+    assert CostAware(8, Costs(full["verify_s"])).verify_s == CostAware(8, Costs(full["verify_s"], provisional=())).verify_s
 
 
 def test_a_damaged_cache_entry_does_not_crash(model_file, cache, clock):
@@ -223,12 +223,12 @@ def test_the_note_says_a_probe_is_running_and_nothing_for_a_cached_profile(model
     said = []
     before = notes.to(said.append)
     try:
-        Session(TimedFake(model_file, cost=table_cost, clock=clock), model_file, draft_max=8,
-                policy_name="cost").new_policy()
+        Session(TimedFake(model_file, cost=table_cost, clock=clock), model_file,
+                resolve("lookup", k=8, policy="cost")).new_policy()
         assert len(said) == 1 and "m.gguf" in said[0] and "first use" in said[0], said
         costs._checked.clear()
-        Session(TimedFake(model_file, cost=table_cost, clock=clock), model_file, draft_max=8,
-                policy_name="cost").new_policy()
+        Session(TimedFake(model_file, cost=table_cost, clock=clock), model_file,
+                resolve("lookup", k=8, policy="cost")).new_policy()
         assert len(said) == 1, said  # cached: nothing to say
     finally:
         notes.to(before)
@@ -303,8 +303,7 @@ def test_the_real_model_is_probed_in_a_few_passes_and_learns_at_close(gemma_path
 
     monkeypatch.setenv("SPECGEN_CACHE", str(tmp_path))
     monkeypatch.setattr(costs, "_checked", set())
-    s = Session(Engine(gemma_path, n_ctx=512, n_threads=2), gemma_path, draft_max=8, policy_name="cost",
-                mode="lookup")
+    s = Session(Engine(gemma_path, n_ctx=512, n_threads=2), gemma_path, resolve("lookup", k=8, policy="cost"))
     s.drafter = s.new_drafter()
     with s:
         before = s.target.n_decodes

@@ -9,7 +9,7 @@ from fakes import FakeEngine, chain_table
 from specgen.engine.costs import cost_profile, measure_verify
 from specgen.decode.generation import Generation
 from specgen.drafters.lookup import PromptLookup
-from specgen.policy.cost import CostAware
+from specgen.policy.cost import CostAware, Costs, Priors
 
 
 class TimedFake(FakeEngine):
@@ -179,7 +179,7 @@ def test_adaptive_k_never_exceeds_what_the_context_allows():
     eng = FakeEngine(chain_table(8), n_ctx=40)  # a short cycle: lookup always matches
     flat = [0.0] + [0.01] * 33  # verifying is free: the policy wants the longest draft
     gen = Generation(eng, [1, 2, 3, 4, 5, 6, 7, 0, 1, 2], PromptLookup(), draft_max=32, max_tokens=100,
-                     policy=CostAware(32, flat, prior=0.99))
+                     policy=CostAware(32, Costs(flat), Priors(prior=0.99)))
     rounds = list(gen)  # FakeEngine raises if a verify would overflow the context
     assert gen.stats.stop_reason == "context_full"
     assert max(r.drafted for r in rounds) > 4

@@ -165,9 +165,9 @@ def test_the_cost_policy_starts_from_the_heads_measured_acceptance(monkeypatch):
     assert heads_prior(heads) == (0.31, HEADS_PRIOR[1])
     seen = {}
     monkeypatch.setattr(specgen.engine.costs, "cost_profile", lambda target: {"verify_s": [0.0, 0.01, 0.011]})
-    monkeypatch.setattr(specgen.policy.cost, "CostAware", lambda *a, **kw: seen.update(kw))
-    make_policy("cost", 4, FakeEngine(chain_table(V)), heads_step_s=1e-4, heads=heads)
-    assert seen["model_prior"] == (0.31, HEADS_PRIOR[1])
+    make_policy("cost", 4, FakeEngine(chain_table(V)), heads_step_s=1e-4, heads=heads,
+                build=lambda k, costs, priors, **kw: seen.update(costs=costs, priors=priors))
+    assert seen["priors"].model == (0.31, HEADS_PRIOR[1])
 
 
 # -- sampled losslessness ---------------------------------------------------------------

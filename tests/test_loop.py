@@ -148,7 +148,7 @@ def test_stats_merge_adds_counters_and_per_position_tallies():
 
 def test_a_draft_model_reads_the_prompt_before_the_first_token_when_drafting_can_pay():
     from specgen.drafters.model import DraftModel
-    from specgen.policy.cost import CostAware
+    from specgen.policy.cost import CostAware, Costs
 
     table = chain_table(50)
     prompt = [i % 50 for i in range(300)]
@@ -165,7 +165,7 @@ def test_a_draft_model_reads_the_prompt_before_the_first_token_when_drafting_can
     assert gen.tokens == plain.tokens and gen.stats.accepted > 0
     # a cost policy that expects no pay-back (a costly feed, few tokens) leaves the draft unread
     draft2 = FakeEngine(table, n_ctx=512)
-    policy = CostAware(4, [0.0] + [0.01 * n for n in range(1, 33)], 0.005, feed_s=1.0)
+    policy = CostAware(4, Costs([0.0] + [0.01 * n for n in range(1, 33)], 0.005, feed_s=1.0))
     gen2 = Generation(FakeEngine(table, n_ctx=512), prompt, DraftModel(draft2, 50, 50), draft_max=4,
                       max_tokens=20, policy=policy)
     next(iter(gen2))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specgen.drafters.base import Draft
-from specgen.policy.cost import CostAware
+from specgen.policy.cost import CostAware, Costs, Priors
 from specgen.policy.base import (
     FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate, unused_offer_outcome, verify_cost, with_counts,
 )
@@ -53,13 +53,13 @@ def test_heuristic_grows_on_full_acceptance_and_shrinks_otherwise():
 
 
 def test_cost_chooses_plain_when_drafting_cannot_pay():
-    p = CostAware(16, CPU)
+    p = CostAware(16, Costs(CPU))
     ks = feed(p, alpha=0.05, rounds=200)
     assert ks[-50:].count(0) >= 45
 
 
 def test_cost_grows_k_on_long_accepted_runs():
-    p = CostAware(16, CPU)
+    p = CostAware(16, Costs(CPU))
     ks = feed(p, alpha=0.97, rounds=100)
     assert np.mean(ks[-30:]) >= 6
     # the rate curve is flat near its top: what counts is the rate the choices reach
@@ -68,7 +68,7 @@ def test_cost_grows_k_on_long_accepted_runs():
 
 
 def test_cost_recovers_after_a_bad_patch():
-    p = CostAware(16, CPU)
+    p = CostAware(16, Costs(CPU))
     feed(p, alpha=0.95, rounds=60)
     bad = feed(p, alpha=0.0, rounds=60, seed=1)
     assert bad[-20:].count(0) >= 16  # plain steps, with an occasional probe
@@ -77,7 +77,7 @@ def test_cost_recovers_after_a_bad_patch():
 
 
 def test_cost_keys_are_independent():
-    p = CostAware(16, CPU)
+    p = CostAware(16, Costs(CPU))
     feed(p, alpha=0.0, rounds=50, key=1)
     feed(p, alpha=0.95, rounds=50, key=3)
     assert p.choose(1, 16) == 0
@@ -85,7 +85,7 @@ def test_cost_keys_are_independent():
 
 
 def test_flat_verify_cost_drafts_long_even_at_modest_acceptance():
-    cpu, gpu = CostAware(16, CPU), CostAware(16, GPU)
+    cpu, gpu = CostAware(16, Costs(CPU)), CostAware(16, Costs(GPU))
     feed(cpu, alpha=0.5, rounds=200)
     feed(gpu, alpha=0.5, rounds=200, curve=GPU)
     assert gpu.choose(0, 16) > cpu.choose(0, 16)
@@ -93,8 +93,8 @@ def test_flat_verify_cost_drafts_long_even_at_modest_acceptance():
 
 
 def test_costly_draft_steps_shorten_drafts():
-    cheap = CostAware(16, CPU, draft_step_s=0.0)
-    dear = CostAware(16, CPU, draft_step_s=0.010)
+    cheap = CostAware(16, Costs(CPU, draft_step_s=0.0))
+    dear = CostAware(16, Costs(CPU, draft_step_s=0.010))
     for pol in (cheap, dear):
         feed(pol, alpha=0.8, rounds=200)
     assert dear.choose(0, 16) < cheap.choose(0, 16)
@@ -102,7 +102,7 @@ def test_costly_draft_steps_shorten_drafts():
 
 @pytest.mark.parametrize("limit", [0, 1, 3])
 def test_never_exceeds_limit(limit):
-    p = CostAware(16, CPU)
+    p = CostAware(16, Costs(CPU))
     feed(p, alpha=1.0, rounds=50)
     assert p.choose(0, limit) <= limit
 
@@ -117,7 +117,7 @@ def test_step_rate_is_leviathans_formula_over_the_measured_curve():
     s = Situation(others_rows=3, others_tokens=2.5)
     assert step_rate([0.7], 1, CPU, 0.0, s) == pytest.approx((2.5 + 1.7) / CPU[5])
     # with no evidence the estimates are the prior
-    assert CostAware(8, CPU, prior=0.7).expected_tokens(0, 3) == pytest.approx(expected_tokens_per_round(0.7, 3))
+    assert CostAware(8, Costs(CPU), Priors(prior=0.7)).expected_tokens(0, 3) == pytest.approx(expected_tokens_per_round(0.7, 3))
 
 
 def test_bench_config_names_policy():
@@ -134,7 +134,7 @@ def test_bench_config_names_policy():
 
 def test_pessimistic_start_probes_and_learns():
     # A prior that says "never draft": only the probes can show that drafts pay.
-    p = CostAware(16, CPU, prior=0.05)
+    p = CostAware(16, Costs(CPU), Priors(prior=0.05))
     ks = feed(p, alpha=0.95, rounds=300)
     assert ks[:10] == [0] * 10
     assert np.mean(ks[-30:]) >= 4
@@ -147,7 +147,7 @@ F32_STEP = 0.016
 
 
 def test_an_unlucky_first_round_does_not_end_drafting():
-    p = CostAware(8, F32, F32_STEP)
+    p = CostAware(8, Costs(F32, F32_STEP))
     k = p.choose(0, 8)
     assert k > 0
     p.update(0, k, 0, F32[k + 1])  # every draft of round one rejected
@@ -158,14 +158,14 @@ def test_an_unlucky_first_round_does_not_end_drafting():
 
 
 def test_a_draft_that_cannot_pay_settles_at_zero_quickly_and_probes_rarely():
-    p = CostAware(8, CPU, draft_step_s=0.012)  # on CPU, a costly draft: pays only near α = 1
+    p = CostAware(8, Costs(CPU, draft_step_s=0.012))  # on CPU, a costly draft: pays only near α = 1
     ks = feed(p, alpha=0.3, rounds=400, limit=8)
     assert ks[10:30].count(0) >= 18
     assert sum(k > 0 for k in ks[30:]) <= 0.04 * 370
 
 
 def test_catch_up_is_part_of_a_probes_cost():
-    p = CostAware(8, F32, F32_STEP, feed_s=0.002)
+    p = CostAware(8, Costs(F32, F32_STEP, feed_s=0.002))
     p.acceptance(0).reached[:] = [200.0] * 8
     p.acceptance(0).accepted[:] = [180.0] * 8  # confident: α = 0.9
     assert p.choose(0, 8, Situation(lag=20, remaining=100)) > 0  # a short catch-up pays back
@@ -175,7 +175,7 @@ def test_catch_up_is_part_of_a_probes_cost():
 
 
 def test_draft_steps_and_bulk_feeds_are_learned_apart():
-    p = CostAware(8, F32, 0.016, feed_s=0.002)
+    p = CostAware(8, Costs(F32, 0.016, feed_s=0.002))
     p.update(0, 3, 2, F32[4], Draft([1, 2, 3], steps=2, step_s=0.024, fed=2000, fed_s=2.4))
     # a step at 0.75 of its profile is taken at once (the draft's level: load only adds
     # time); the bulk feed's cost a token is not a step's, and starts from the level
@@ -190,7 +190,7 @@ def test_draft_steps_and_bulk_feeds_are_learned_apart():
 
 
 def test_cost_estimates_shrug_off_a_busy_machine():
-    p = CostAware(8, F32, 0.016)
+    p = CostAware(8, Costs(F32, 0.016))
     for _ in range(5):  # another process stole the cores: passes took 10x
         p.update(0, 2, 2, 10 * F32[3], Draft([1, 2], steps=2, step_s=0.32))
     assert p.verify_s[3] < 1.3 * F32[3] and p.draft_step_s < 1.3 * 0.016
@@ -200,12 +200,12 @@ def test_cost_estimates_shrug_off_a_busy_machine():
 
 
 def test_a_policy_prefills_the_draft_only_where_drafting_can_pay_it_back():
-    p = CostAware(8, F32, F32_STEP, feed_s=0.002)
+    p = CostAware(8, Costs(F32, F32_STEP, feed_s=0.002))
     p.acceptance(0).reached[:] = [200.0] * 8
     p.acceptance(0).accepted[:] = [180.0] * 8
     assert p.prefill_pays(500, 256)  # 1 s of prefill against 256 tokens at ~1.5x
     assert not p.prefill_pays(5000, 32)  # 10 s of prefill for 32 tokens
-    assert not CostAware(8, CPU, 0.014, feed_s=0.002).prefill_pays(10, 1000)  # a draft that cannot pay
+    assert not CostAware(8, Costs(CPU, 0.014, feed_s=0.002)).prefill_pays(10, 1000)  # a draft that cannot pay
     assert FixedK().prefill_pays(10**6, 1)  # fixed k always drafts
 
 
@@ -214,7 +214,7 @@ def test_a_busy_machine_does_not_tilt_the_choice_toward_drafting():
     estimates climbed with the machine's load, a draft step still at its profile
     would look ever cheaper, and a draft that cannot pay would be taken up."""
     q4km = [0.0, 0.020, 0.0269, 0.0313, 0.0331, 0.0424] + [0.0424 + 0.005 * n for n in range(1, 28)]
-    p = CostAware(8, q4km, draft_step_s=0.0152, feed_s=0.0017)  # measured: cannot pay at α = 0.75
+    p = CostAware(8, Costs(q4km, draft_step_s=0.0152, feed_s=0.0017))  # measured: cannot pay at α = 0.75
     rng = np.random.default_rng(0)
     ks = []
     for _ in range(300):
@@ -232,7 +232,7 @@ def test_sampling_work_on_the_host_counts_as_cost():
     """A sampled pick over a 262k vocabulary costs milliseconds: a draft that pays
     greedily (cheap rows, picks free) can stop paying once every drafted token
     and every verified row costs a pick."""
-    p = CostAware(8, F32, F32_STEP)
+    p = CostAware(8, Costs(F32, F32_STEP))
     p.acceptance(0).reached[:] = [500.0] * 8
     p.acceptance(0).accepted[:] = [300.0] * 8  # α = 0.6: a sampled pair's acceptance
     p.rng = np.random.default_rng(0)
@@ -250,7 +250,7 @@ DRAFT_CURVE = [0.0] + [0.015 + 0.0035 * (n - 1) for n in range(1, 33)]
 
 
 def hybrid(seed=0):
-    return CostAware(8, F32_LIKE, 0.015, 0.0017, draft_verify_s=DRAFT_CURVE, model_prior=(0.7, 6.0), seed=seed)
+    return CostAware(8, Costs(F32_LIKE, 0.015, 0.0017, draft_verify_s=DRAFT_CURVE), Priors(model=(0.7, 6.0)), seed=seed)
 
 
 def teach(policy, key, k, accepted, rounds):
@@ -300,7 +300,7 @@ def test_an_untried_model_that_declines_leaves_the_round_to_the_offer():
     not a plain step (before: every round until a lucky draw sent the model drafting)."""
     outcomes = []
     for seed in range(40):
-        p = CostAware(16, Q4_LIKE, 0.0002, model_prior=(0.42, 4.0), seed=seed)
+        p = CostAware(16, Costs(Q4_LIKE, 0.0002), Priors(model=(0.42, 4.0)), seed=seed)
         teach(p, 3, 8, 8, 10)  # lookup's 3-gram matches: always accepted
         outcomes.append(p.choose_offer(3, 8, 4, Situation(lag=0)))
     assert outcomes.count((0, False)) == 0, outcomes  # an accepted offer is never dropped for a plain step
@@ -391,7 +391,7 @@ def translated_run(policy, alpha, tokens=300, seed=0, truth=F32_TARGET):
 def test_a_translated_draft_that_cannot_pay_settles_at_zero_and_stops_probing(seed):
     """Acceptance 0.35 cannot pay for a translated round (its first pass and its
     translation cost more than a step), nor for the catch-ups its probes need."""
-    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED)
+    p = CostAware(8, Costs(F32_TARGET, SMOL_STEP, SMOL_FEED))
     ks, speed = translated_run(p, alpha=0.35, seed=seed)
     assert ks[20:40].count(0) >= 18
     assert sum(k > 0 for k in ks[30:]) <= 0.04 * len(ks[30:])
@@ -410,7 +410,7 @@ def test_an_inflated_profile_does_not_keep_a_draft_that_cannot_pay(seed):
     but not under the 38.8 ms a plain step takes: drafting, the policy sees only
     its drafting rounds' passes, and those run faster than their profile, so a
     plain step (never observed) is priced faster too, and drafting stops."""
-    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED)
+    p = CostAware(8, Costs(F32_TARGET, SMOL_STEP, SMOL_FEED))
     ks, speed = translated_run(p, alpha=0.6, seed=seed, truth=F32_QUIET)
     assert sum(k > 0 for k in ks[60:]) <= 0.1 * len(ks[60:])
     assert speed >= 0.95
@@ -419,7 +419,7 @@ def test_an_inflated_profile_does_not_keep_a_draft_that_cannot_pay(seed):
 
 def test_a_pass_faster_than_its_profile_lowers_the_estimates_of_rows_not_observed():
     inflated = [1.25 * c for c in F32_QUIET]
-    p = CostAware(8, inflated, SMOL_STEP)
+    p = CostAware(8, Costs(inflated, SMOL_STEP))
     p.update(0, 1, 0, F32_QUIET[2], Draft([0], steps=1, step_s=SMOL_STEP))  # a 2-row pass at its quiet cost
     assert p.verify_s[1] == pytest.approx(F32_QUIET[1])  # at once: other processes can only have slowed it
     for _ in range(30):  # only 2-row passes observed
@@ -439,7 +439,7 @@ def test_a_pass_faster_than_its_profile_lowers_the_estimates_of_rows_not_observe
 def test_a_passs_estimate_leaves_out_the_picks_priced_apart():
     """Sampling, a round's time holds the picks of the rows the acceptance rule read,
     which the rates price apart (pick_s a token): the estimate is the pass alone."""
-    p = CostAware(8, [1.25 * c for c in F32_QUIET], SMOL_STEP)
+    p = CostAware(8, Costs([1.25 * c for c in F32_QUIET], SMOL_STEP))
     p.sampling(0.003, draft_picks=True)
     for _ in range(30):
         p.update(0, 1, 1, F32_QUIET[2] + 2 * 0.003, Draft([0], steps=1, step_s=SMOL_STEP + 0.003))
@@ -452,7 +452,7 @@ def test_a_draft_step_faster_than_its_profile_lowers_its_catch_up_estimates_too(
     """The draft model's profile has its own level (it was measured at its own time):
     its steps, observed, price its catch-up passes and bulk feeds, not observed;
     a bulk feed (its cost per token depends on its length) does not move the level."""
-    p = CostAware(8, F32_LIKE, 0.015, 0.0017, draft_verify_s=DRAFT_CURVE)
+    p = CostAware(8, Costs(F32_LIKE, 0.015, 0.0017, draft_verify_s=DRAFT_CURVE))
     before = p.catch_up_s(10), p.feed_s
     for _ in range(30):
         p.update(0, 2, 1, F32_LIKE[3], Draft([0, 0], steps=2, step_s=2 * 0.6 * 0.015))
@@ -460,21 +460,21 @@ def test_a_draft_step_faster_than_its_profile_lowers_its_catch_up_estimates_too(
     assert p.catch_up_s(10) == pytest.approx(0.6 * before[0], rel=0.03)
     assert p.feed_s == pytest.approx(0.6 * before[1], rel=0.03)
     assert p.verify_s == pytest.approx(F32_LIKE)  # the target's level is its own
-    q = CostAware(8, F32_LIKE, 0.015, 0.0017, draft_verify_s=DRAFT_CURVE)
+    q = CostAware(8, Costs(F32_LIKE, 0.015, 0.0017, draft_verify_s=DRAFT_CURVE))
     for _ in range(30):
         q.update(0, 2, 1, None, Draft([0, 0], steps=1, step_s=0.015, fed=500, fed_s=500 * 0.5 * 0.0017))
     assert q.feed_s == pytest.approx(0.5 * 0.0017, rel=0.03) and q.draft_step_s == pytest.approx(0.015)
 
 
 def test_a_translated_draft_that_pays_keeps_drafting():
-    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED)
+    p = CostAware(8, Costs(F32_TARGET, SMOL_STEP, SMOL_FEED))
     ks, speed = translated_run(p, alpha=0.85)
     assert sum(k > 0 for k in ks[20:]) >= 0.9 * len(ks[20:])
     assert speed > 1.2
 
 
 def test_only_drafters_that_report_extra_work_pay_a_per_round_excess():
-    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED)
+    p = CostAware(8, Costs(F32_TARGET, SMOL_STEP, SMOL_FEED))
     p.update(0, 2, 1, F32_TARGET[3], Draft([1, 2], steps=2, step_s=2 * SMOL_STEP + SMOL_FEED))
     assert p.round_scale == 1.0  # a same-vocabulary draft model: unchanged
     d = Draft([1, 2], steps=2, step_s=2 * SMOL_STEP + SMOL_FEED)
@@ -498,7 +498,7 @@ def test_only_drafters_that_report_extra_work_pay_a_per_round_excess():
 def test_a_probe_is_short():
     """Where the estimates favour plain steps, a draw that favours drafting
     tries the shortest draft it favours, never a long one."""
-    p = CostAware(8, F32_TARGET, SMOL_STEP, idle_decay=1.0)
+    p = CostAware(8, Costs(F32_TARGET, SMOL_STEP), Priors(idle_decay=1.0))
     p.round_scale = (F32_TARGET[2] + SMOL_STEP + SMOL_FEED + TRANSLATE_S) / (F32_TARGET[2] + SMOL_STEP)
     p.acceptance(0).reached[:] = [4.0]
     p.acceptance(0).accepted[:] = [1.4]  # α = 0.35 at the first position; later ones unseen
@@ -510,9 +510,9 @@ def test_a_first_catch_up_is_paid_back_over_the_generation_a_faded_one_is_not():
     """A translated draft reads the prompt in its first drafting round: with no
     evidence yet the prior promises the whole generation. Evidence faded back to
     the prior over a long plain stretch promises only a few rounds."""
-    fresh = CostAware(8, F32, F32_STEP, feed_s=0.002)
+    fresh = CostAware(8, Costs(F32, F32_STEP, feed_s=0.002))
     assert fresh.choose(0, 8, Situation(lag=150, remaining=200)) > 0
-    faded = CostAware(8, F32, F32_STEP, feed_s=0.002)
+    faded = CostAware(8, Costs(F32, F32_STEP, feed_s=0.002))
     faded.acceptance(0).reached[:] = [0.5] * 8
     faded.acceptance(0).accepted[:] = [0.3] * 8
     assert faded.choose(0, 8, Situation(lag=150, remaining=200)) == 0
@@ -525,7 +525,7 @@ def test_a_probe_is_of_the_model_and_short_never_of_a_free_offer():
     free offer is never drafted to learn: it is judged at no cost whether or not
     it is verified (`observe`), so its estimates alone decide, and they say no."""
     for offer_rounds, model_rounds in ((3, 3), (10, 1)):
-        p = CostAware(16, CPU, 0.004, idle_decay=1.0, seed=3)
+        p = CostAware(16, Costs(CPU, 0.004), Priors(idle_decay=1.0), seed=3)
         teach(p, 1, 4, 0, offer_rounds)  # lookup's 1-gram matches: rejected at the first position
         teach(p, 0, 4, 0, model_rounds)  # and the model's drafts
         picks = [p.choose_offer(1, 16, 8, Situation(lag=1)) for _ in range(400)]
@@ -541,7 +541,7 @@ def test_past_a_drafting_best_a_draw_explores_only_the_next_positions():
     spread), an upward draw tries one more position, never the whole ceiling:
     a long draft costs most when the draw was wrong. The same with prompt
     lookup alongside, for the model's drafts."""
-    p = CostAware(8, F32_TARGET, SMOL_STEP, idle_decay=1.0)
+    p = CostAware(8, Costs(F32_TARGET, SMOL_STEP), Priors(idle_decay=1.0))
     p.acceptance(0).reached[:] = [10.0]
     p.acceptance(0).accepted[:] = [7.0]  # α = 0.68 at the first position; later ones unseen
     ks = [p.choose(0, 8, Situation(lag=1)) for _ in range(400)]
@@ -566,7 +566,7 @@ def test_with_counts_weighs_the_index_counts_against_the_measured_rate():
 def test_a_draft_length_follows_the_index_counts():
     """One key, one measured acceptance: a draft whose every step the index saw go on
     alike many times is verified long, one it saw go on in different ways not at all."""
-    p = CostAware(16, CPU, seed=0)
+    p = CostAware(16, Costs(CPU), seed=0)
     feed(p, alpha=0.7, rounds=300)
     sure = Situation(counts=((30, 30),) * 16)
     split = Situation(counts=((1, 4),) * 16)
@@ -580,7 +580,7 @@ def test_a_draft_length_follows_the_index_counts():
 
 
 def test_an_offers_counts_never_speak_for_the_draft_model():
-    p = CostAware(8, CPU, draft_step_s=0.002, seed=0)
+    p = CostAware(8, Costs(CPU, draft_step_s=0.002), seed=0)
     split = Situation(lag=1, counts=((0, 50),) * 8)
     for _ in range(40):  # the model drafts well
         k, take = p.choose_offer(1, 0, 8, split)
@@ -603,8 +603,12 @@ def test_verify_cost_beyond_a_sawtooth_curve_grows_by_its_last_period():
     assert verify_cost([0.0, 0.01], 3) == pytest.approx(0.03)  # one: a line through 0
 
 
+class FlatPrior(CostAware):
+    top_prior = False  # the earlier rule: the prior as under greedy
+
+
 def sampling_policy(draft_picks=False, model_prior=None, top_prior=True):
-    p = CostAware(8, F32_TARGET, SMOL_STEP, SMOL_FEED, model_prior=model_prior, top_prior=top_prior)
+    p = (CostAware if top_prior else FlatPrior)(8, Costs(F32_TARGET, SMOL_STEP, SMOL_FEED), Priors(model=model_prior))
     p.sampling(0.002, draft_picks=draft_picks)
     return p
 
@@ -675,14 +679,14 @@ def test_a_new_free_key_starts_from_what_the_other_free_keys_met():
     """Lookup's match lengths share what free text taught: a length never seen
     starts from the pooled first-position acceptance, not from the prior fitted
     to copying, so on free text no fresh key buys a losing draft."""
-    fresh = CostAware(16, CPU)
+    fresh = CostAware(16, Costs(CPU))
     assert fresh.acceptance(2).rates(1)[0] == pytest.approx(0.6)
     assert fresh.choose(2, 4) > 0  # the prior alone pays on this curve
-    p = CostAware(16, CPU)
+    p = CostAware(16, Costs(CPU))
     feed(p, alpha=0.0, rounds=40, key=1)
     assert p.acceptance(2).rates(1)[0] < 0.15
     assert p.choose(2, 4) == 0
     assert p.acceptance(0).rates(1)[0] == pytest.approx(0.6)  # a draft model's key keeps its own prior
-    copying = CostAware(16, CPU)
+    copying = CostAware(16, Costs(CPU))
     feed(copying, alpha=0.95, rounds=40, key=1)
     assert copying.acceptance(2).rates(1)[0] > 0.8

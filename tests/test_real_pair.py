@@ -82,7 +82,7 @@ def test_greedy_lookup_and_draft_model_equal_plain(pair, text, monkeypatch):
     plain, top2 = plain_run(target, prompt, n=40)
     runs = {
         "lookup": build_drafter(DrafterOptions("lookup"), target),
-        "draft": build_drafter(DrafterOptions("model"), target, OpenedDraft(draft, True, target.n_vocab)),
+        "draft": build_drafter(DrafterOptions("draft"), target, OpenedDraft(draft, True, target.n_vocab)),
     }
     for name, drafter in runs.items():
         draft.truncate(0, 0)

@@ -660,7 +660,11 @@ def test_metrics_counters_move(srv):
     assert after["specgen_time_to_first_token_seconds_count"] > before["specgen_time_to_first_token_seconds_count"]
     assert "specgen_queue_depth" in after and after["specgen_slots"] == 4
     assert "specgen_shared_steps_plain_total" not in after  # a fixed k is drafted as asked: no gate
-    assert after["specgen_linger_waits_total"] >= after["specgen_linger_requests_total"] >= 0
+    # one request alone: the step that finished it may wait once for the next (at most 5 ms,
+    # perhaps still waiting as /metrics answers), and no other request came to be caught
+    waits = after["specgen_linger_waits_total"] - before.get("specgen_linger_waits_total", 0)
+    assert waits in (0, 1), waits
+    assert after["specgen_linger_requests_total"] == before.get("specgen_linger_requests_total", 0)
 
 
 @pytest.mark.model

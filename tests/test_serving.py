@@ -17,7 +17,7 @@ from specgen.drafters.base import Draft, PerSequence
 from specgen.drafters.lookup import PromptLookup
 from specgen.errors import SpecgenError
 from specgen.rules.sampling import SamplingParams
-from specgen.policy.cost import CostAware
+from specgen.policy.cost import CostAware, Costs, Priors
 from specgen.policy.base import Situation
 from specgen.serve.scheduler import Job, SchedulerSettings, Server, max_concurrency, need_tokens
 
@@ -228,7 +228,7 @@ def test_batch_aware_policy_stops_drafting_on_a_saturated_step():
     linear = [0.0] + [0.01 * n for n in range(1, 33)]  # every row costs the same: no spare arithmetic
     flat = [0.0] + [0.01 + 0.0005 * n for n in range(1, 33)]  # rows nearly free: a GPU
     def mean_choice(curve, others):  # the estimate-best k: confident estimates (many rounds seen)
-        p = CostAware(8, curve, prior=0.8)
+        p = CostAware(8, Costs(curve), Priors(prior=0.8))
         p.update(0, 8, 6)
         p.acceptance(0).reached[:] = [1000.0] * 8
         p.acceptance(0).accepted[:] = [800.0] * 8

@@ -292,7 +292,7 @@ def test_loader_builds_the_suffix_drafter():
     from specgen.session import ModelOptions
 
     def make_suffix_drafter(opts):
-        return build_drafter(opts.drafter_options("suffix"))
+        return build_drafter(opts.plan("suffix").drafting)
 
     d = make_suffix_drafter(ModelOptions(drafter="suffix", global_cache=True, suffix_choice=FREQUENT))
     assert isinstance(d, SuffixDrafter) and d.global_index is not None and d.choice == FREQUENT

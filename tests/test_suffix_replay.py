@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specgen.policy.cost import CostAware
+from specgen.policy.cost import CostAware, Costs
 from specgen.drafters.suffix import SuffixDrafter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +94,7 @@ def test_tree_replay_follows_plain_and_prices_every_row(replay_mod):
     lens = {"r": replay_mod.longest_continuations(prompt + mixed, len(prompt), [])}
 
     def run(width):  # the real cost policy, priced on the virtual clock (the tree loop's too)
-        return replay_mod.replay([("r", prompt, mixed)], SuffixDrafter(), 8, curve, lambda: CostAware(8, curve),
+        return replay_mod.replay([("r", prompt, mixed)], SuffixDrafter(), 8, curve, lambda: CostAware(8, Costs(curve)),
                                  lengths=lens, host=False, tree_width=width)[0]  # asserts plain's tokens
 
     chain, one, wide = run(0), run(1), run(3)

@@ -326,7 +326,7 @@ def test_sampled_translated_drafts_cost_no_sampled_pick():
     """A translated draft proposes its argmax whatever the sampling: a cost policy
     charges the target's sampled picks, not one per drafted token."""
     from specgen.drafters.model import DraftModel
-    from specgen.policy.cost import CostAware
+    from specgen.policy.cost import CostAware, Costs
 
     target, draft = engines()
     prompt = target.tokenize(CYCLE + "Hello")
@@ -334,7 +334,7 @@ def test_sampled_translated_drafts_cost_no_sampled_pick():
     picks = {}
     for name, drafter in (("translated", TranslatedDraftModel(target, draft)),
                           ("same vocabulary", DraftModel(target, target.n_vocab, target.n_vocab))):
-        policy = CostAware(4, [0.0] + [0.01] * 8, 0.002)
+        policy = CostAware(4, Costs([0.0] + [0.01] * 8, 0.002))
         Generation(target, prompt, drafter, draft_max=4, params=hot, policy=policy)
         picks[name] = (policy.pick_s > 0, policy.draft_picks)
     assert picks == {"translated": (True, False), "same vocabulary": (True, True)}

@@ -9,7 +9,8 @@ from scipy.stats import chisquare
 
 from specgen.drafters.automaton import SuffixAutomaton
 from specgen.drafters.suffix import SuffixDrafter, branch_tree
-from specgen.drafters.trees import DraftTree, accept_tree_greedy, accept_tree_sampled, chain, size_tree
+from specgen.policy.trees import size_tree
+from specgen.rules.trees import DraftTree, accept_tree_greedy, accept_tree_sampled, chain
 
 VOCAB = 5
 DRAWS = 60_000
@@ -214,14 +215,14 @@ def test_keep_path_leaves_the_accepted_branch_cached(unified):
 
 @pytest.mark.model
 def test_tree_greedy_equals_plain(unified):
-    from specgen.policy.cost import CostAware
+    from specgen.policy.cost import CostAware, Costs
     from specgen.decode.tree import TreeGeneration
     from test_model import PROMPTS, assert_equal_or_near_tie, plain_run
 
     e = unified
     prompt = e.tokenize(PROMPTS[0] + "    return a + b\n\nprint(plus(1, 2))\n\nRename plus to add:\n\n")
     plain, top2 = plain_run(e, prompt, n=32)
-    policy = CostAware(8, [0.0] + [0.02] * 20)  # flat costs: trees get their width
+    policy = CostAware(8, Costs([0.0] + [0.02] * 20))  # flat costs: trees get their width
     gen = TreeGeneration(e, prompt, SuffixDrafter(), draft_max=8, max_tokens=32, ignore_eos=True,
                          policy=policy, tree_width=3)
     for _ in gen:
@@ -236,7 +237,7 @@ def test_tree_greedy_equals_plain(unified):
 
 @pytest.mark.model
 def test_tree_sampled_runs_and_keeps_the_cache_consistent(unified):
-    from specgen.policy.cost import CostAware
+    from specgen.policy.cost import CostAware, Costs
     from specgen.rules.sampling import SamplingParams
     from specgen.decode.tree import TreeGeneration
     from test_model import PROMPTS
@@ -245,7 +246,7 @@ def test_tree_sampled_runs_and_keeps_the_cache_consistent(unified):
     prompt = e.tokenize(PROMPTS[0])
     gen = TreeGeneration(e, prompt, SuffixDrafter(), draft_max=8, max_tokens=24, ignore_eos=True,
                          params=SamplingParams(temperature=0.8, seed=5),
-                         policy=CostAware(8, [0.0] + [0.02] * 20), tree_width=3)
+                         policy=CostAware(8, Costs([0.0] + [0.02] * 20)), tree_width=3)
     for _ in gen:
         pass
     assert len(gen.tokens) == 24

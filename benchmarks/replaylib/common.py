@@ -17,7 +17,7 @@ import specgen.decode.tree as treedecode
 from policy import f32_target
 from specgen.bench import load_requests
 from specgen.drafters.build import DrafterOptions
-from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN
+from specgen.plan import ALONGSIDE_NGRAM_MIN
 from specgen.models.cache import cache_dir
 from specgen.models.registry import resolve_model
 from specgen.policy.base import verify_cost

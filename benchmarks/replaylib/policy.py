@@ -30,7 +30,7 @@ from specgen.drafters.build import build_drafter
 from specgen.engine.costs import cost_profile
 from specgen.engine.llama import Engine
 from specgen.policy.base import MODEL_KEY, FixedK, Situation, unused_offer_outcome, verify_cost
-from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware
+from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware, Costs, Priors
 
 
 def record_drafts(target, draft, prompt: list[int], n: int) -> dict:
@@ -134,7 +134,7 @@ def run(args) -> None:
         nopay = dict(costs, verify=cost_profile(q4km)["verify_s"])
 
     def cost_policy(s, c, prior=DRAFT_MODEL_PRIOR):
-        return CostAware(OFFER_MAX, c["verify"], c["draft"][1], c["feed"], draft_verify_s=c["draft"], model_prior=prior, seed=s)
+        return CostAware(OFFER_MAX, Costs(c["verify"], c["draft"][1], c["feed"], draft_verify_s=c["draft"]), Priors(model=prior), seed=s)
 
     def mean_tps(rec, make, c, lookup=False, seeds=args.seeds):
         return statistics.mean(replay_policy(rec, make(s), args.n, c, build_drafter(ALONGSIDE) if lookup else None)["tps"]

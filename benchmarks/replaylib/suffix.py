@@ -60,7 +60,7 @@ from specgen.drafters.build import DrafterOptions, build_drafter
 from specgen.engine.costs import cost_profile
 from specgen.engine.llama import Engine
 from specgen.policy.base import verify_cost
-from specgen.policy.cost import CostAware
+from specgen.policy.cost import CostAware, Costs
 from specgen.session import make_policy
 
 
@@ -356,9 +356,9 @@ def run(args) -> None:
 
                 def new_policy(shared=shared, sparse=sparse):
                     if sparse:
-                        return CostAware(args.k_max, sparse_curve(curve), shared=shared)
+                        return CostAware(args.k_max, Costs(sparse_curve(curve)), shared=shared)
                     if given:  # what make_policy builds for a model-free drafter, on the given curve
-                        return CostAware(args.k_max, curve, shared=shared)
+                        return CostAware(args.k_max, Costs(curve), shared=shared)
                     return make_policy("cost", args.k_max, e, shared=shared)
                 res = replay(reqs, drafter, args.k_max, curve, new_policy,
                              hindsight="hindsight=1" in c, pick="oracle" if keyed else pick, lengths=lengths,

@@ -54,10 +54,10 @@ token boundary (the recording follows one prefix at a time).
 
 from __future__ import annotations
 
-import inspect
 import json
 import statistics
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -71,14 +71,14 @@ from specgen.bench.requests import request_tokens
 from specgen.decode.generation import Generation
 from specgen.drafters.base import Draft, Drafter
 from specgen.drafters.build import DrafterOptions, OpenedDraft, build_drafter
-from specgen.drafters.model import NORMAL_FEED
+from specgen.plan import NORMAL_FEED
 from specgen.drafters.translated import Stream, proposal_text, to_target
 from specgen.engine.costs import cost_profile, measure_feed, measure_verify, pick_cost
 from specgen.engine.llama import Engine, common_prefix
 from specgen.models.registry import resolve_model
 from specgen.models.vocab import n_shared
 from specgen.policy.base import FixedK, verify_cost
-from specgen.policy.cost import CostAware
+from specgen.policy.cost import CostAware, Priors
 from specgen.rules.sampling import SamplingParams, probs
 from specgen.session import make_policy
 
@@ -94,7 +94,7 @@ def record_translated(target, draft, prompt: list[int], n: int, params) -> dict:
     for _ in gen:
         pass
     traj = list(gen.tokens)
-    tr = build_drafter(DrafterOptions("model"), target, OpenedDraft(draft, same_vocab=False, n_shared=n_shared(target, draft)))
+    tr = build_drafter(DrafterOptions("draft"), target, OpenedDraft(draft, same_vocab=False, n_shared=n_shared(target, draft)))
     stream = Stream(fixed=list(tr.fixed))  # the draft's stream of the text, as the drafter keeps one per sequence
     draft.truncate(0, 0)
     ctxs, conts, props, trans = [], [], [], []
@@ -219,27 +219,43 @@ class ReplayDraft(Drafter):
         return out
 
 
+LAB_FLAGS = ("explore_near", "top_prior")  # CostAware's rules a variant may turn off (class attributes)
+
+
 def parse_config(name: str) -> tuple[str, dict]:
     """`default:old` (the earlier exploration, `explore_near=False`), `default:flat`
     (the prior as under greedy, `top_prior=False`) or `default:NAME=VALUE+NAME=VALUE`
-    (arguments of the fresh cost policy, `CostAware(NAME=VALUE)`: a flag, a number)."""
+    (one of those rules, or a field of the cost policy's `Priors`: a flag, a number)."""
     base, _, opts = name.partition(":")
     if opts == "old":
         return base, {"explore_near": False}
     if opts == "flat":
         return base, {"top_prior": False}
-    params = inspect.signature(CostAware).parameters
+    defaults = {f.name: f.default for f in fields(Priors)} | {f: getattr(CostAware, f) for f in LAB_FLAGS}
     kw = {}
     for o in (o for o in opts.split("+") if o):
         k, eq, v = o.partition("=")
-        default = params[k].default if k in params else None
-        if not eq or k in ("seed", "k_max") or type(default) not in (bool, int, float):
+        default = defaults.get(k)
+        if not eq or type(default) not in (bool, int, float):
             raise SystemExit(f"config {name}: {o!r} is not NAME=VALUE of a cost policy's flag or number")
         try:
             kw[k] = bool(float(v)) if type(default) is bool else type(default)(float(v))
         except ValueError:
             raise SystemExit(f"config {name}: {o!r}: not a number") from None
     return base, kw
+
+
+def cost_variant(kw: dict):
+    """What builds the cost policy a config's variant names (`make_policy(build=...)`):
+    CostAware with its rules turned off as asked (a subclass) and its priors replaced."""
+    flags = {f: kw[f] for f in LAB_FLAGS if f in kw}
+    priors = {k: v for k, v in kw.items() if k not in LAB_FLAGS}
+    cls = type("CostVariant", (CostAware,), flags) if flags else CostAware
+
+    def build(k_max, costs, base: Priors, **rest):
+        return cls(k_max, costs, replace(base, **priors), **rest)
+
+    return build
 
 
 def replay_translated(rec, prompt, n, config, costs, engines, pick_s, policy_seed=0) -> dict:
@@ -257,7 +273,7 @@ def replay_translated(rec, prompt, n, config, costs, engines, pick_s, policy_see
             drafter, k = model, OFFER_MAX if alongside else DEPTH
             if base not in ("alone", "default"):
                 raise SystemExit(f"unknown config {config}")
-            policy = make_policy("cost", k, *engines, seed=policy_seed, **cost_kw)
+            policy = make_policy("cost", k, *engines, seed=policy_seed, build=cost_variant(cost_kw))
         policy.sampling(pick_s, draft_picks=False)  # the replay's loop is greedy on the recorded tokens
         gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
         tops = iter(rec["top"])

@@ -15,7 +15,7 @@ from specgen.drafters.automaton import FREQUENT, LATEST
 from specgen.drafters.build import DrafterOptions, build_drafter
 from specgen.engine.costs import cost_profile
 from specgen.policy.base import verify_cost
-from specgen.policy.cost import CostAware
+from specgen.policy.cost import CostAware, Costs
 from specgen.session import make_policy
 
 
@@ -53,7 +53,7 @@ def make_cost_policy(name: str, k: int, target, shared=None):
     its verify curve priced as before every row count was measured."""
     if not name.endswith(":sparse"):
         return make_policy("cost", k, target, shared=shared)
-    return CostAware(k, sparse_curve(cost_profile(target)["verify_s"]), shared=shared)
+    return CostAware(k, Costs(sparse_curve(cost_profile(target)["verify_s"])), shared=shared)
 
 
 def drafter_options(name: str) -> DrafterOptions | None:

@@ -7,8 +7,10 @@ heads over the target's hidden state; no FILE: auto, the heads trained for the
 target) (each with an optional `policy=P`) add speculative ones; a draft model's and the
 heads' `ngram_min=N` is the shortest match of prompt lookup alongside them (default, as `specgen run`: 2 beside a
 draft model, 1 beside heads).
-With lookup alongside under an adaptive policy, lookup's offers reach lookup's own ceiling
-(16) and the model's k stays its own, as in `specgen run` (`Config.round_k`). Default draft lengths and policy names are the loader's.
+What a configuration speculates with is resolved as `specgen run` resolves its
+options (specgen.plan.resolve, `Config.plan`): with lookup alongside under an adaptive
+policy and no k given, lookup's offers reach lookup's own ceiling (16) and the model's
+k stays its own.
 `suffix:global=on` (or bench --global-cache on) adds an index over the
 earlier requests of the same repeat.
 """
@@ -17,14 +19,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from specgen.drafters.build import DrafterOptions
-from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, HEADS_NGRAM_MIN, NGRAM_MAX
 from specgen.errors import SpecgenError
-from specgen.session import ADAPTIVE_K_MAX, DEFAULT_DRAFT_MAX, POLICIES
+from specgen.plan import NGRAM_MAX, POLICIES, DrafterOptions, Kind, SpecPlan, default_k, resolve
 
 DEFAULT_CONFIGS = ("lookup:k=8",)
 MAX_K = 128
@@ -52,6 +52,7 @@ class Config:
     lookup: bool | None = None  # draft/pair/heads: prompt lookup alongside (None: as `specgen run`, on under cost)
     heads: str | None = None  # heads: a heads file, or "auto" (the heads trained for the target)
     alongside_ngram_min: int | None = None  # draft/heads: lookup alongside's shortest match (None: as `specgen run`)
+    k_given: bool = field(default=True, compare=False)  # k was asked for (else it is the kind's default)
 
     @property
     def name(self) -> str:
@@ -88,30 +89,28 @@ class Config:
         return self.kind in ("draft", "pair")
 
     @property
+    def plan(self) -> SpecPlan:
+        """What this configuration speculates with, by `specgen run`'s rule (specgen.plan.resolve)."""
+        kind = Kind.DRAFT if self.drafts_with_model else Kind(self.kind)
+        return resolve(kind, k=self.k if self.k_given else None, policy=self.policy, lookup=self.lookup,
+                       ngram_max=self.ngram_max,
+                       ngram_min=self.alongside_ngram_min if kind.with_model else self.ngram_min,
+                       global_cache=self.global_cache)
+
+    @property
     def round_k(self) -> int:
-        """The round's ceiling: k, or with prompt lookup alongside a draft model or heads under an
-        adaptive policy lookup's own ceiling, as in `specgen run` (a copied run of text pays for
-        longer drafts than a model's steps do); the model itself drafts at most k."""
-        k = self.k or 0
-        if self.lookup_alongside and self.policy != "fixed":
-            return max(k, _default_k("lookup", self.policy))
-        return k
+        """The round's ceiling on k (lookup's offers alongside a model may reach further than its own k)."""
+        return self.plan.k
 
     @property
     def lookup_alongside(self) -> bool:
-        """The session's rule: with a draft model or heads, lookup too when asked, or by default under the cost policy."""
-        return (self.drafts_with_model or self.kind == "heads") and \
-            bool(self.lookup or (self.lookup is None and self.policy == "cost"))
+        return self.plan.lookup_alongside
 
     def drafter_options(self) -> DrafterOptions:
         """What this configuration drafts with (specgen.drafters.build); plain drafts with nothing."""
         if self.kind == "plain":
             raise ValueError("plain decoding has no drafter")
-        kind = "model" if self.drafts_with_model else self.kind  # lookup | suffix | heads
-        return DrafterOptions(kind, self.ngram_max, self.ngram_min, lookup_alongside=bool(self.lookup_alongside),
-                              global_cache=self.global_cache, alongside_ngram_min=self.alongside_ngram_min
-                              or (HEADS_NGRAM_MIN if self.kind == "heads" else ALONGSIDE_NGRAM_MIN),
-                              model_max=self.k if self.round_k > (self.k or 0) else None)
+        return self.plan.drafting
 
 
 PLAIN = Config("plain")
@@ -125,16 +124,16 @@ def parse_config(text: str) -> Config:
     if s == "lookup" or s.startswith("lookup:"):
         opts = _options(s[len("lookup:") :] if ":" in s else "", ("k", "ngram", "ngram_min", "policy"), text)
         policy = opts.get("policy", "fixed")
-        cfg = Config("lookup", opts.get("k", _default_k("lookup", policy)), opts.get("ngram", NGRAM_MAX), opts.get("ngram_min", 1),
-                     policy=policy)
+        cfg = Config("lookup", opts.get("k", default_k(Kind.LOOKUP, policy)), opts.get("ngram", NGRAM_MAX),
+                     opts.get("ngram_min", 1), policy=policy, k_given="k" in opts)
         if not cfg.ngram_min <= cfg.ngram_max:
             raise SpecgenError(f"--config {text}: need ngram_min <= ngram")
         return cfg
     if s == "suffix" or s.startswith("suffix:"):
         opts = _options(s[len("suffix:") :] if ":" in s else "", ("k", "ngram_min", "policy", "global"), text)
         policy = opts.get("policy", "fixed")
-        return Config("suffix", opts.get("k", _default_k("suffix", policy)), ngram_min=opts.get("ngram_min", 1), policy=policy,
-                      global_cache=opts.get("global") == "on")
+        return Config("suffix", opts.get("k", default_k(Kind.SUFFIX, policy)), ngram_min=opts.get("ngram_min", 1),
+                      policy=policy, global_cache=opts.get("global") == "on", k_given="k" in opts)
     if s == "heads" or s.startswith(("heads:", "heads=")):
         ref, tail = _split_options(s[len("heads=") :]) if s.startswith("heads=") else ("auto", s[len("heads:") :])
         if not ref:
@@ -142,8 +141,8 @@ def parse_config(text: str) -> Config:
         opts = _alongside_options(tail, text)
         policy = opts.get("policy", "fixed")
         lookup = {"on": True, "off": False}.get(opts.get("lookup"))
-        return Config("heads", opts.get("k", _default_k("heads", policy)), policy=policy, lookup=lookup, heads=ref,
-                      alongside_ngram_min=opts.get("ngram_min"))
+        return Config("heads", opts.get("k", default_k(Kind.HEADS, policy)), policy=policy, lookup=lookup, heads=ref,
+                      alongside_ngram_min=opts.get("ngram_min"), k_given="k" in opts)
     for kind in ("draft", "pair"):
         if s.startswith(kind + "="):
             ref, tail = _split_options(s[len(kind) + 1 :])
@@ -153,10 +152,10 @@ def parse_config(text: str) -> Config:
             policy = opts.get("policy", "fixed")
             lookup = {"on": True, "off": False}.get(opts.get("lookup"))
             if kind == "draft":
-                return Config("draft", opts.get("k", _default_k("draft", policy)), draft=ref, policy=policy, lookup=lookup,
-                              alongside_ngram_min=opts.get("ngram_min"))
+                return Config("draft", opts.get("k", default_k(Kind.DRAFT, policy)), draft=ref, policy=policy,
+                              lookup=lookup, alongside_ngram_min=opts.get("ngram_min"), k_given="k" in opts)
             return Config("pair", opts.get("k"), pair=ref, policy=policy, lookup=lookup,
-                          alongside_ngram_min=opts.get("ngram_min"))
+                          alongside_ngram_min=opts.get("ngram_min"), k_given="k" in opts)
     raise SpecgenError(f"unknown --config '{text}' ({_CONFIG_USAGE})")
 
 
@@ -175,10 +174,6 @@ def _split_options(body: str) -> tuple[str, str]:
         if _OPTIONS_RE.fullmatch(tail):
             return head.strip(), tail
     return body.strip(), ""
-
-
-def _default_k(kind: str, policy: str) -> int:
-    return DEFAULT_DRAFT_MAX[kind] if policy == "fixed" else ADAPTIVE_K_MAX[kind]
 
 
 def _options(text: str, allowed: tuple[str, ...], whole: str) -> dict:

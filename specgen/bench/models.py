@@ -19,7 +19,8 @@ from specgen.engine.llama import Engine
 from specgen.errors import SpecgenError
 from specgen.models import registry
 from specgen.heads.model import time_heads
-from specgen.session import DEFAULT_DRAFT_MAX, Session, open_heads
+from specgen.plan import Kind, default_k
+from specgen.session import Session, open_heads
 
 
 @dataclass
@@ -55,8 +56,8 @@ def _auto(model: str | None, c: Config, catalog) -> Config:
     path, line = choose(registry.resolve_model(model, catalog))
     note(line)
     if path is None:
-        return Config("lookup", c.k or DEFAULT_DRAFT_MAX["lookup"], policy=c.policy)
-    return replace(c, kind="draft", pair=None, draft=str(path), k=c.k or DEFAULT_DRAFT_MAX["draft"])
+        return Config("lookup", c.k or default_k(Kind.LOOKUP, c.policy), policy=c.policy, k_given=c.k_given)
+    return replace(c, kind="draft", pair=None, draft=str(path), k=c.k or default_k(Kind.DRAFT, c.policy))
 
 
 def _resolve_pairs(model: str | None, configs: list[Config], catalog) -> tuple[str | None, list[Config]]:
@@ -70,7 +71,9 @@ def _resolve_pairs(model: str | None, configs: list[Config], catalog) -> tuple[s
             continue
         p = registry.resolve_pair(c.pair, catalog)
         targets[c.pair] = p.target
-        out.append(replace(c, k=c.k or p.draft_max or DEFAULT_DRAFT_MAX["draft"], draft=p.draft))
+        # a pair's draft_max is its k, as `specgen run --pair` reads it
+        out.append(replace(c, k=c.k or p.draft_max or default_k(Kind.DRAFT, c.policy), draft=p.draft,
+                           k_given=c.k_given or bool(p.draft_max)))
     if model is None and targets:
         distinct = {registry.resolve_model(t, catalog) for t in targets.values()}
         if len(distinct) > 1:

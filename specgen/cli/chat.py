@@ -18,6 +18,8 @@ from specgen.cli.options import (
     MACHINE, MODEL, NGRAM, SAMPLING, Told, check_max_tokens, global_cache_on, read_stdin_bytes, takes,
 )
 from specgen.errors import SpecgenError
+from specgen.plan import Kind, default_k
+from specgen.policy.base import FixedK
 
 CHAT_TOLD = dict(
     max_tokens=Told("Tokens per reply at most.", 512),
@@ -36,12 +38,13 @@ def _make_policy(loaded, k: int, fixed: bool, draft_engine, heads: bool = False)
     from specgen.session import make_policy
 
     heads_s = loaded.heads_step_s if heads else None
+    # the session's cost log: what earlier turns timed prices this one, and is kept at close
     return make_policy("fixed" if fixed else loaded.policy_name, k, loaded.target, draft_engine, heads_step_s=heads_s,
-                       heads=loaded.heads if heads else None)
+                       heads=loaded.heads if heads else None, log=loaded.costs_seen)
 
 
 def _stats_table(st, mode: str, k: int, policy):
-    return render.stats_table(st, mode, k, getattr(policy, "name", "fixed"))
+    return render.stats_table(st, mode, k, render.policy_name(policy))
 
 
 # -- chat ----------------------------------------------------------------------------
@@ -59,13 +62,13 @@ class _ChatState:
     k: int
     fixed_k: bool  # -k or /k given: exactly k a round; else the loader's policy up to k
     policy: object = None
-    free_mode: str = "lookup"  # what lookup_drafter is: lookup | suffix
+    free_mode: Kind = Kind.LOOKUP  # what lookup_drafter is: LOOKUP | SUFFIX
 
-    def mode(self) -> str:
-        return "plain" if not self.spec else self.free_mode if self.use_lookup else self.loaded.mode
+    def mode(self) -> Kind:
+        return Kind.PLAIN if not self.spec else self.free_mode if self.use_lookup else self.loaded.mode
 
     def free_label(self) -> str:
-        return "prompt lookup" if self.free_mode == "lookup" else "the suffix index"
+        return "prompt lookup" if self.free_mode is Kind.LOOKUP else "the suffix index"
 
     def drafter(self):
         return (self.lookup_drafter if self.use_lookup else self.model_drafter) if self.spec else None
@@ -76,7 +79,7 @@ class _ChatState:
     def new_policy(self) -> None:
         # One policy for the session: its acceptance estimates carry across turns.
         engine = None if self.use_lookup else self.loaded.draft_engine
-        heads = not self.use_lookup and self.loaded.mode == "heads"
+        heads = not self.use_lookup and self.loaded.mode is Kind.HEADS
         self.policy = _make_policy(self.loaded, self.k, self.fixed_k, engine, heads) if self.spec else None
 
 
@@ -157,10 +160,9 @@ def chat(
 ) -> None:
     """Chat with the model. One turn per line when stdin is piped; /help lists commands."""
     from specgen.apps.chat import ContextFull, Conversation, format_for, message_text, parse_command
-    from specgen.decode.generation import Generation
     from specgen.decode.stats import Stats
     from specgen.engine.llama import common_prefix
-    from specgen.session import DEFAULT_DRAFT_MAX, open_session
+    from specgen.session import open_session
 
     note = render.note
     check_max_tokens(max_tokens)
@@ -184,16 +186,17 @@ def chat(
         if template in (None, "auto") and not target.chat_template():
             note(base_model_note(loaded.target_path.name, fmt.name))
         conv = Conversation(fmt, target, system)
-        model_drafter = loaded.drafter if loaded.mode in ("draft", "heads") else None
+        plan = loaded.plan
+        model_drafter = loaded.drafter if plan.kind.with_model else None
         state = _ChatState(
             loaded, model_drafter,
-            lookup_drafter=(loaded.drafter if loaded.mode in ("lookup", "suffix")
-                            else loaded.new_drafter(replace(loaded.drafter_options, kind="lookup"))),
-            spec=loaded.mode != "plain",
+            lookup_drafter=loaded.drafter if plan.kind.free else loaded.new_drafter(plan.free_drafting()),
+            spec=plan.kind is not Kind.PLAIN,
             use_lookup=model_drafter is None,
-            k=loaded.draft_max or draft_max or DEFAULT_DRAFT_MAX["draft" if model_drafter else "lookup"],
+            # plain (--no-spec): the k /spec on drafts with
+            k=plan.k or default_k(Kind.LOOKUP, "fixed"),
             fixed_k=draft_max is not None,
-            free_mode="suffix" if loaded.mode == "suffix" else "lookup",
+            free_mode=Kind.SUFFIX if plan.kind is Kind.SUFFIX else Kind.LOOKUP,
         )
         state.new_policy()
         session = Stats()
@@ -239,11 +242,9 @@ def chat(
             drafter = state.drafter()
             stream = render.TextStream(target, None if json_turns else sys.stdout, fmt.stop)
             try:
-                gen = Generation(
-                    target, prompt, drafter, draft_max=state.k if drafter else 0,
-                    max_tokens=min(max_tokens, target.n_ctx - len(prompt)), params=turn_params,
-                    policy=state.policy if drafter else None,
-                )
+                gen = loaded.generate(prompt, max_tokens=min(max_tokens, target.n_ctx - len(prompt)),
+                                      params=turn_params, drafter=drafter, k=state.k if drafter else 0,
+                                      policy=state.policy if drafter else FixedK())
                 interrupted = _follow_with_status(gen, stream)
             except SpecgenError as exc:  # a failed reply ends the turn, not the chat
                 if not json_turns:
@@ -254,7 +255,7 @@ def chat(
             turn += 1
             if json_turns:
                 obj = render.generation_json(stream.text, gen.tokens, state.mode(), gen.stats, state.k if drafter else 0,
-                                             getattr(state.policy, "name", "fixed") if drafter else "fixed")
+                                             render.policy_name(state.policy if drafter else None))
                 render.write_json({"turn": turn, **obj})
             elif not "".join(stream.written).endswith("\n"):
                 sys.stdout.write("\n")  # one reply, one or more whole lines
@@ -295,7 +296,6 @@ def rewrite(
     """Rewrite a file as instructed; prompt lookup drafts from the file by default."""
     from specgen.apps import rewrite as rw
     from specgen.apps.chat import format_for
-    from specgen.decode.generation import Generation
     from specgen.session import open_session
 
     note = render.note
@@ -319,15 +319,10 @@ def rewrite(
         prompt = rw.build_prompt(target, instruction, src.text, fmt)
         rw.check_fits(prompt, target.n_ctx, src.name)
         limit = max_tokens or rw.default_max_tokens(prompt, target.n_ctx)
-        policy = None
-        if loaded.mode != "plain":
-            policy = _make_policy(loaded, loaded.draft_max, draft_max is not None, loaded.draft_engine,
-                                  loaded.mode == "heads")
         status = render.StatusLine(shared_terminal=sys.stdout.isatty() and plan.path is None)
-        gen = Generation(
-            target, prompt.tokens, loaded.drafter, draft_max=loaded.draft_max, max_tokens=limit, params=params,
-            policy=policy, on_prefill=lambda done, total: status.show(render.prefill_status(done, total)),
-        )
+        gen = loaded.generate(prompt.tokens, max_tokens=limit, params=params,
+                              on_prefill=lambda done, total: status.show(render.prefill_status(done, total)))
+        policy = gen.policy if loaded.mode is not Kind.PLAIN else None
         dest = plan.path or "stdout"
         note(
             f"rewriting {src.name} ({prompt.content_tokens} tokens) to {dest} · "

@@ -19,7 +19,7 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from specgen.drafters.lookup import NGRAM_MAX
+from specgen.plan import NGRAM_MAX, Kind
 from specgen.errors import SpecgenError, read_text_file
 
 # -- models -------------------------------------------------------------------------
@@ -132,7 +132,7 @@ def model_options(values: dict):
 
     kw = {f.name: values[f.name] for f in fields(ModelOptions) if f.name in values}
     if values.get("suffix"):
-        kw["drafter"] = "suffix"
+        kw["drafter"] = Kind.SUFFIX
     if "global_cache" in values:
         kw["global_cache"] = OnOff(values["global_cache"]) == OnOff.on
     return ModelOptions(**kw)

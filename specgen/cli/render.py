@@ -243,8 +243,13 @@ def stats_table(st: Stats, mode: str, draft_max: int, policy: str = "fixed"):
     return t
 
 
+def policy_name(policy) -> str:
+    """A generation's policy by name ("fixed" where it has none: plain decoding)."""
+    return "fixed" if policy is None else policy.name
+
+
 def k_label(k: int, policy) -> str:
-    return f"k={k}" if policy is None or getattr(policy, "name", "fixed") == "fixed" else f"k<={k} ({policy.name})"
+    return f"k={k}" if policy_name(policy) == "fixed" else f"k<={k} ({policy.name})"
 
 
 def reply_status(st: Stats, mode: str, k_text: str, prefilled: int, cached: int) -> str:

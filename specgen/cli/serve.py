@@ -78,7 +78,7 @@ def serve(
                 raise
             fmt = None  # no usable template: /v1/chat/completions says so
         engine = EngineLoop(serving.new_server, serving.target, parallel=parallel, queue_max=queue)
-        defaults = Defaults(params, max_tokens, serving.session.mode, serving.session.draft_max, serving.session.policy_name)
+        defaults = Defaults(params, max_tokens, str(serving.session.mode), serving.session.draft_max, serving.session.policy_name)
         aliases = tuple(a for a in (model, pair) if a and a != "auto")
         cfg = AppConfig(serving.model_id, defaults, fmt, aliases, api_key)
         app = create_app(engine, cfg)

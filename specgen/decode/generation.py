@@ -10,15 +10,16 @@ k = 0, so both paths are measured by the same code.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from specgen.rules.acceptance import accept_greedy, accept_sampled
 from specgen.decode.stats import Round, Stats
-from specgen.drafters.model import NORMAL_FEED
 from specgen.drafters.base import Draft, Drafter, Want
 from specgen.errors import SpecgenError
+from specgen.plan import NORMAL_FEED
 from specgen.policy.base import MODEL_KEY, FixedK, Situation, unused_offer_outcome
 from specgen.rules.sampling import SamplingParams, sample, support
 
@@ -42,6 +43,18 @@ class LazyRows:
 
 def argmax(row: np.ndarray) -> int:
     return int(row.argmax())
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One sequence's round as planned (`Generation.plan`), for `Generation.settle`."""
+
+    draft: Draft  # what the round verifies
+    rows: list[int]  # the tokens of its verify rows: [last, d1 … dk]
+    base: int  # positions cached when it was planned
+    draft_s: float  # drafting time (a shared step's: all its sequences')
+    unused: Draft | None  # a free offer passed over: its key learns from what the round emits
+    t: float  # when it was planned: verify time counts from here
 
 
 class Generation:
@@ -210,21 +223,30 @@ class Generation:
         lag = self.drafter.lag(self.seq, self.context) if self.drafter is not None else 0
         return Situation(lag, self.max_tokens - len(self.tokens), others_rows, others_tokens, tuple(counts), row_group)
 
-    def plan(self, draft: Draft, draft_s: float = 0.0, unused: Draft | None = None) -> list[int]:
-        """Take this round's draft; the tokens to verify, `[last, d1 … dk]`.
-        `unused`: a free offer the round passed over (its key learns from what
-        the round emits, `Policy.observe`)."""
-        self._draft, self._draft_s, self._unused = draft, draft_s, unused
-        self._base = len(self.context) - 1
-        self._t_planned = time.perf_counter()
-        return [self.context[-1], *draft.tokens]
+    def choose(self, offer: Draft, lim: int, situation: Situation) -> tuple[int, bool]:
+        """This round's k within `lim`, and whether the free `offer` is taken (else
+        the draft model drafts k): the policy's choice (`Policy.choose_offer`)."""
+        if lim <= 0:
+            return 0, True
+        d = self.drafter
+        offered = min(len(offer.tokens), lim)
+        model_limit = 0 if d.free else min(lim, d.model_max or lim)
+        return self.policy.choose_offer(offer.key, offered, model_limit,
+                                        replace(situation, counts=tuple(offer.counts[:offered])))
 
-    def settle(self, rows: np.ndarray, shared: bool = False) -> Round:
+    def plan(self, draft: Draft, draft_s: float = 0.0, unused: Draft | None = None) -> Planned:
+        """This round's draft, planned: its verify rows `[last, d1 … dk]` and what
+        `settle` reads. `unused`: a free offer the round passed over (its key
+        learns from what the round emits, `Policy.observe`)."""
+        return Planned(draft, [self.context[-1], *draft.tokens], len(self.context) - 1, draft_s, unused,
+                       time.perf_counter())
+
+    def settle(self, planned: Planned, rows: np.ndarray, shared: bool = False) -> Round:
         """Apply the acceptance rule to the verify rows; roll back the rejected tail.
 
         shared: the target pass held other sequences too, so its time is not
         this round's verify cost."""
-        draft, d = self._draft, self._draft.tokens
+        draft, d = planned.draft, planned.draft.tokens
         if self.params.greedy:
             n_acc, nxt = accept_greedy(d, LazyRows(rows, argmax))
         else:
@@ -234,16 +256,16 @@ class Generation:
             for i in range(n_acc + 1):  # the rows the rule emitted from (it computed them)
                 self.policy.target_top(float(p[i].max()))
         if n_acc < len(d):
-            self.target.truncate(self.seq, self._base + 1 + n_acc)
+            self.target.truncate(self.seq, planned.base + 1 + n_acc)
         emitted = self._emit(d[:n_acc] + [nxt])
         self.context.extend(emitted)
-        verify_s = time.perf_counter() - self._t_planned
+        verify_s = time.perf_counter() - planned.t
         self.policy.update(draft.key, len(d), n_acc, None if shared else verify_s, draft if draft.steps or draft.fed else None)
-        if self._unused is not None:
-            self.policy.observe(self._unused.key, *unused_offer_outcome(self._unused.tokens, emitted))
+        if planned.unused is not None:
+            self.policy.observe(planned.unused.key, *unused_offer_outcome(planned.unused.tokens, emitted))
         self.stats.draft_fed += draft.fed
         self.stats.draft_prefill_s += draft.fed_s
-        return self._account(Round(emitted, len(d), n_acc, self._draft_s, verify_s))
+        return self._account(Round(emitted, len(d), n_acc, planned.draft_s, verify_s))
 
     def _account(self, r: Round) -> Round:
         self.stats.add(r)
@@ -271,23 +293,48 @@ class Generation:
         if self.context is not None:
             self._finish()
 
+    def next_round(self) -> Planned | None:
+        """One sequence's round, planned top to bottom: a free offer first (prompt
+        lookup, alone or beside a model), then k, then the model's draft if the
+        policy asked for it. None when the generation is over. (Many sequences
+        sharing a pass plan through `plan_step`, with the same steps.)"""
+        lim = self.limit()
+        if lim is None:
+            return None
+        t0 = time.perf_counter()
+        d, offer = self.drafter, Draft()
+        if lim > 0 and (d.free or d.offers):
+            offer = (d.propose if d.free else d.offer)([self.want(lim)])[0]
+        k, take = self.choose(offer, lim, self.situation())
+        draft = offer.cut(k) if take else d.propose([self.want(k)])[0].cut(k) if k > 0 else Draft()
+        return self.plan(draft, time.perf_counter() - t0, passed_over(offer, k, take))
+
     def __iter__(self) -> Iterator[Round]:
         self.begin()
         try:
             row = self.read_prompt()
             self.prefill_draft()
             yield self.first(row)
-            while (batch := plan_step([self], self.drafter)[0]) is not None:
-                yield self.settle(self.target.decode(self.seq, batch, len(batch)))
+            while (planned := self.next_round()) is not None:
+                rows = self.target.decode(self.seq, planned.rows, len(planned.rows))
+                yield self.settle(planned, rows)
         except KeyboardInterrupt:
             self.interrupt()
             raise
 
 
+def passed_over(offer: Draft, k: int, take: bool) -> Draft | None:
+    """A free offer the round did not verify (the model drafted, or k = 0): it still
+    teaches its key."""
+    return offer if offer.tokens and (k == 0 or not take) else None
+
+
 def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: int = 0,
-              row_group: int = 1, max_rows: int | None = None) -> list[list[int] | None]:
-    """Plan one target pass for generations that share `drafter`: each one's verify
-    rows `[last, d1 … dk]`, or None for one that is over.
+              row_group: int = 1, max_rows: int | None = None) -> list[Planned | None]:
+    """Plan one target pass for generations that share `drafter` (a server's step):
+    each one's `Planned` round, or None for one that is over. Each sequence takes
+    the steps of `Generation.next_round`; here they are interleaved so a costly
+    drafter drafts every sequence together.
 
     A free drafter (prompt lookup) proposes first, so a policy sees the
     proposal and its key before it cuts k; a costly one (a draft model) drafts
@@ -321,11 +368,7 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
         if max_rows is not None:
             lim = max(0, min(lim, max_rows - rows - 1 - later))
             live[i] = (g, lim)
-        offered = min(len(offers[i].tokens), lim)
-        model_limit = 0 if free or drafter is None else min(lim, drafter.model_max or lim)
-        k, take = (g.policy.choose_offer(offers[i].key, offered, model_limit,
-                                         g.situation(rows + later, tokens + later, offers[i].counts[:offered], group))
-                   if lim > 0 else (0, True))
+        k, take = g.choose(offers[i], lim, g.situation(rows + later, tokens + later, row_group=group))
         picks.append((k, take))
         rows += k + 1
         tokens += g.policy.expected_tokens(offers[i].key if take else MODEL_KEY, k)
@@ -337,8 +380,7 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
         for i, d in zip(asks, drafter.propose([live[i][0].want(picks[i][0]) for i in asks])):
             drafts[i] = d.cut(picks[i][0])
     draft_s = time.perf_counter() - t0
-    # an offer left out (the model drafted, or k = 0) still teaches its key
-    unused = [o if o.tokens and (k == 0 or not take) else None for o, (k, take) in zip(offers, picks)]
+    unused = [passed_over(o, k, take) for o, (k, take) in zip(offers, picks)]
     planned = iter(g.plan(d, draft_s, u) for (g, _), d, u in zip(live, drafts, unused))
     return [next(planned) if lim is not None else None for lim in limits]
 

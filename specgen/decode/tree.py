@@ -1,11 +1,11 @@
 """Tree drafting in the single-sequence loop: `TreeGeneration` verifies a draft tree
-(specgen/trees.py) in one target pass and keeps the accepted path.
+(specgen.rules.trees) in one target pass and keeps the accepted path.
 
 Each round the drafter (one with `propose_tree`, the suffix index) proposes a
 main branch and up to width - 1 alternatives; the policy cuts the main branch
-to k as for a single draft (k = 0: a plain step); `size_tree` keeps the extra
-nodes that raise expected tokens per second on the policy's verify curve. A
-tree of one branch verifies as a plain draft does. Opt-in (`--tree-width`):
+to k as for a single draft (k = 0: a plain step); `Policy.shape_tree` keeps the
+extra nodes that pay (the cost policy: expected tokens per second on its verify
+curve). A tree of one branch verifies as a plain draft does. Opt-in (`--tree-width`):
 on a CPU every extra row costs most of a pass (docs/notes/2026-11-drafting-and-policy.md).
 """
 
@@ -17,10 +17,9 @@ from typing import Iterator
 from specgen.decode.generation import Generation, argmax, LazyRows
 from specgen.decode.stats import Round
 from specgen.errors import SpecgenError
-from specgen.policy.cost import CostAware
 from specgen.policy.base import unused_offer_outcome
 from specgen.rules.sampling import support
-from specgen.drafters.trees import DraftTree, accept_tree_greedy, accept_tree_sampled, size_tree
+from specgen.rules.trees import DraftTree, accept_tree_greedy, accept_tree_sampled
 
 
 def main_length(tree: DraftTree) -> int:
@@ -35,19 +34,6 @@ def cut_depth(tree: DraftTree, k: int) -> DraftTree:
     """The nodes at depth <= k, with the main branch cut to k."""
     depth = tree.depths()
     return tree.keep([i for i in range(len(tree)) if depth[i] <= k])
-
-
-def main_reach(policy, key: int, k: int) -> list[float]:
-    """P(main node j accepted) from the policy's acceptance estimates (0.6 each without any)."""
-    if isinstance(policy, CostAware):
-        alphas = policy.acceptance(key).rates(k)
-    else:
-        alphas = [0.6] * k
-    out, r = [], 1.0
-    for a in alphas:
-        r *= a
-        out.append(r)
-    return out
 
 
 class TreeGeneration(Generation):
@@ -68,8 +54,9 @@ class TreeGeneration(Generation):
         self.tree_rounds = 0  # rounds that verified more than one branch
         self.tree_accepts = 0  # ... whose accepted path left the main branch
 
-    def plan_tree(self) -> tuple[DraftTree, int, float] | None:
-        """This round's tree (cut and sized), its main length k, and the drafting time."""
+    def plan_tree(self) -> tuple[DraftTree, int, float, tuple | None] | None:
+        """This round's tree (cut and sized), its main length k, the drafting time, and
+        an offer passed over (k = 0: its key and tokens, for `settle_tree`)."""
         lim = self.limit()
         if lim is None:
             return None
@@ -80,15 +67,13 @@ class TreeGeneration(Generation):
         n_main = min(main_length(tree), lim)
         k = self.policy.choose(tree.key, n_main, self.situation()) if n_main > 0 else 0
         # an offer passed over (k = 0) still teaches its key, as in the chain loop (`plan_step`)
-        self._passed_over = (tree.key, tree.tokens[:n_main]) if n_main and not k else None
+        passed_over = (tree.key, tree.tokens[:n_main]) if n_main and not k else None
         tree = cut_depth(tree, k) if k else DraftTree(key=tree.key)
-        if len(tree) > k and isinstance(self.policy, CostAware):
-            tree = size_tree(tree, main_reach(self.policy, tree.key, k), self.policy.verify_s, width=self.tree_width)
-        elif len(tree) > k:
-            tree = tree.keep(range(k))
-        return tree, k, time.perf_counter() - t0
+        if len(tree) > k:
+            tree = self.policy.shape_tree(tree, k, self.tree_width)
+        return tree, k, time.perf_counter() - t0, passed_over
 
-    def settle_tree(self, tree: DraftTree, k: int, draft_s: float) -> Round:
+    def settle_tree(self, tree: DraftTree, k: int, draft_s: float, passed_over: tuple | None = None) -> Round:
         target, seq = self.target, self.seq
         base = len(self.context) - 1
         last = self.context[-1]
@@ -121,8 +106,8 @@ class TreeGeneration(Generation):
             on_main += 1
         # the policy learns the main branch; a wider pass is not the k + 1-row cost it tracks
         self.policy.update(tree.key, k, on_main, None if branched else verify_s, None)
-        if self._passed_over is not None:
-            self.policy.observe(self._passed_over[0], *unused_offer_outcome(self._passed_over[1], emitted))
+        if passed_over is not None:
+            self.policy.observe(passed_over[0], *unused_offer_outcome(passed_over[1], emitted))
         return self._account(Round(emitted, len(tree), n_acc, draft_s, verify_s))
 
     def __iter__(self) -> Iterator[Round]:

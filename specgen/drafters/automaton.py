@@ -9,14 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-
-LATEST = "latest"  # copy what followed the latest earlier occurrence (as prompt lookup does)
-
-
-FREQUENT = "frequent"  # step by step, the next token seen most often after the match so far
-
-
-CHOICES = (LATEST, FREQUENT)
+from specgen.plan import FREQUENT, LATEST, SUFFIX_CHOICES as CHOICES
 
 
 class SuffixAutomaton:

@@ -1,7 +1,7 @@
 """The one place a drafter is built: `build_drafter(DrafterOptions, ...)`.
 
 Every command (run, chat, rewrite, serve, bench, tune) says what it wants in
-one `DrafterOptions` and gets its drafter here: prompt lookup, the suffix
+one `DrafterOptions` (specgen.plan: a `SpecPlan`'s `drafting`) and gets its drafter here: prompt lookup, the suffix
 index, a draft model (its own vocabulary's ids, or drafting through text when
 the vocabularies differ) or prediction heads over the target's hidden state,
 with prompt lookup alongside it or not. A draft model's engine (the heads,
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgen.drafters.automaton import LATEST
 from specgen.drafters.base import Drafter
 from specgen.drafters.heads import HeadsDrafter
-from specgen.drafters.lookup import ALONGSIDE_NGRAM_MIN, NGRAM_MAX, PromptLookup
+from specgen.drafters.lookup import PromptLookup
 from specgen.drafters.model import DraftModel, WithLookup
 from specgen.drafters.suffix import SuffixDrafter
 from specgen.drafters.translated import TranslatedDraftModel
+from specgen.plan import DrafterOptions, Kind
 
-KINDS = ("lookup", "suffix", "model", "heads")
+__all__ = ["DrafterOptions", "OpenedDraft", "build_drafter"]
 
 
 @dataclass(frozen=True)
@@ -34,37 +34,15 @@ class OpenedDraft:
     n_shared: int  # ids both vocabularies hold (rows are cut to it)
 
 
-@dataclass(frozen=True)
-class DrafterOptions:
-    """What to draft with. kind: lookup | suffix | model | heads."""
-
-    kind: str
-    ngram_max: int = NGRAM_MAX  # prompt lookup's longest n-gram
-    ngram_min: int = 1  # prompt lookup's shortest n-gram; the suffix index's shortest match
-    lookup_alongside: bool = False  # model, heads: prompt lookup offers its free drafts beside the model
-    alongside_ngram_min: int = ALONGSIDE_NGRAM_MIN  # ... matching this many tokens at least
-    model_max: int | None = None  # model alongside lookup: the model's own ceiling on k (None: the round's)
-    p_min: float = 0.0  # model: stop drafting once its top probability falls below this
-    global_cache: bool = False  # suffix: also draft from earlier generations of this drafter
-    suffix_choice: str = LATEST  # suffix: which earlier occurrence's continuation drafts
-    suffix_settings: tuple[tuple[str, object], ...] = ()  # further SuffixDrafter arguments, for the benchmarks' variants
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown drafter kind '{self.kind}' (choose {', '.join(KINDS)})")
-        if self.suffix_settings and self.kind != "suffix":
-            raise ValueError("suffix_settings are arguments of the suffix index")
-
-
 def build_drafter(opts: DrafterOptions, target=None, draft: OpenedDraft | None = None, heads=None) -> Drafter:
     """The drafter `opts` asks for; a model drafter needs the target (its vocabulary) and the opened draft,
     a heads drafter the target (opened with hidden=True) and the loaded heads (specgen.heads.model.Heads)."""
-    if opts.kind == "lookup":
+    if opts.kind is Kind.LOOKUP:
         return PromptLookup(opts.ngram_max, opts.ngram_min)
-    if opts.kind == "suffix":
+    if opts.kind is Kind.SUFFIX:
         return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.ngram_min,
                              **dict(opts.suffix_settings))
-    if opts.kind == "heads":
+    if opts.kind is Kind.HEADS:
         if heads is None or target is None:
             raise ValueError("a heads drafter needs the target and the loaded heads")
         model: Drafter = HeadsDrafter(target, heads)

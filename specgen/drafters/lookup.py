@@ -5,18 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from specgen.drafters.base import Draft, PerSequence
-
-
-NGRAM_MAX = 4  # as llama.cpp's lookup: measured better than 3 on copy-heavy prompts
-
-
-# Beside a draft model, lookup offers matches of two tokens or more: a
-# one-token match (a quote, a comma) is a guess the model makes better, and
-# its rejected offers leave the model's cache lagging (replayed: docs/notes/2026-11-drafting-and-policy.md).
-ALONGSIDE_NGRAM_MIN = 2
-# Beside prediction heads, one token: heads have no cache to leave lagging, and their own
-# guesses are often worse than a one-token match's (docs/notes/2026-12-02-heads-training.md).
-HEADS_NGRAM_MIN = 1
+from specgen.plan import NGRAM_MAX
 
 
 def lookup_draft(tokens: Sequence[int], k: int, ngram_max: int = NGRAM_MAX, ngram_min: int = 1) -> list[int]:

@@ -10,10 +10,8 @@ import numpy as np
 from specgen.drafters.base import Draft, Drafter, Want
 from specgen.drafters.lookup import PromptLookup
 from specgen.engine.llama import common_prefix
+from specgen.plan import NORMAL_FEED
 from specgen.rules.sampling import Support, draw, support
-
-
-NORMAL_FEED = 2  # tokens a draft cache lags after a drafting round: its first draft step feeds them
 
 
 class DraftModel(Drafter):

@@ -23,12 +23,13 @@ from pathlib import Path
 from specgen.errors import SpecgenError
 from specgen.models.local import LocalModel, Scan, scan
 from specgen.models.pairing import SAME, TRANSLATED, Candidate, Rejected, best, rank
+from specgen.plan import ADAPTIVE_K_MAX, Kind
 from specgen.policy.cost import DRAFT_MODEL_PRIOR
 
 # The cost policy's priors: a draft model of the same vocabulary (DRAFT_MODEL_PRIOR), and its
 # general prior for other drafters (a translated one).
 ASSUMED_ACCEPTANCE = {SAME: DRAFT_MODEL_PRIOR[0], TRANSLATED: 0.6}
-K_MAX = 8  # the adaptive ceiling of a draft model (specgen.session.ADAPTIVE_K_MAX)
+K_MAX = ADAPTIVE_K_MAX[Kind.DRAFT]  # the adaptive ceiling of a draft model
 
 
 @dataclass

@@ -29,7 +29,7 @@ from specgen.drafters.continuations import (
 )
 from specgen.drafters.automaton import CHOICES, LATEST, Matcher, SuffixAutomaton  # noqa: F401 - CHOICES: this module's API too
 from specgen.drafters.base import Draft, PerSequence
-from specgen.drafters.trees import DraftTree
+from specgen.rules.trees import DraftTree
 
 
 # -- the drafter -------------------------------------------------------------

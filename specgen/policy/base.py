@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-
+from specgen.rules.trees import DraftTree
 
 
 def expected_tokens(alphas: Sequence[float]) -> float:
@@ -191,6 +191,11 @@ class Policy:
         `pick_s` seconds of host time, for the target's rows and, with
         `draft_picks`, for each drafted token (a cost model counts it)."""
         self.pick_s, self.draft_picks = pick_s, draft_picks
+
+    def shape_tree(self, tree: DraftTree, k: int, width: int) -> DraftTree:
+        """The nodes of `tree` (its main branch already cut to k) worth verifying:
+        the main branch alone for a policy that keeps no verify curve."""
+        return tree.keep(range(min(k, len(tree))))
 
     def expected_tokens(self, key: int, k: int) -> float:
         """Tokens a round of k drafts is expected to emit (for planning a shared step)."""

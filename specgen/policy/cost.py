@@ -16,7 +16,10 @@ import numpy as np
 from specgen.policy.base import (
     ALONE, MODEL_KEY, Policy, Situation, expected_tokens, step_rate, verify_cost, with_counts,
 )
+from specgen.plan import NORMAL_FEED
 from specgen.policy.estimates import Estimates, Observed
+from specgen.policy.trees import size_tree
+from specgen.rules.trees import DraftTree
 
 
 # A draft model's acceptance before evidence: (mean, weight in rounds). A model
@@ -105,17 +108,45 @@ def _explore(drawn: Sequence[float], mean: Sequence[float], k: int, near: bool =
     return next(n for n in range(b + 1, k + 1) if drawn[n] > drawn[b])
 
 
+@dataclass(frozen=True)
+class Costs:
+    """What a round costs, as the cost policy starts: the target's verify curve
+    (`verify_s[n]`: a pass of n logit rows, index 0 unused), one draft step, a
+    bulk catch-up per token of the draft's cache, and the draft's own curve.
+    `provisional` (`draft_provisional`): the figures of a probed profile that
+    were filled in, not measured: each takes its first observed pass as its
+    figure (`Estimates`). `seen` (`draft_seen`): where the passes it times are
+    kept (a session's CostLog, merged into the cached profile when it closes)."""
+
+    verify_s: Sequence[float]
+    draft_step_s: float = 0.0
+    feed_s: float = 0.0
+    draft_verify_s: Sequence[float] | None = None
+    provisional: Sequence[int] = ()
+    draft_provisional: Sequence[int] = ()
+    seen: Observed | None = None
+    draft_seen: Observed | None = None
+
+
+@dataclass(frozen=True)
+class Priors:
+    """Acceptance before evidence, and how evidence fades: `prior` per draft
+    position, `model` (mean, strength) for a draft model's rounds (None: as the
+    others), counts decayed by `decay` a drafted round and `idle_decay` a plain one."""
+
+    prior: float = 0.6
+    model: tuple[float, float] | None = None
+    decay: float = 0.95
+    idle_decay: float = 0.98
+
+
 class CostAware(Policy):
     """Choose k to maximise expected tokens per second, k = 0 (a plain step) included.
 
     Costs: the target's verify curve (a measured profile, then the round times
     observed), one draft step (the drafter's own step timings, never its
     catch-up), and a catch-up of the draft's cache (a pass of that many rows
-    on the draft's curve; the bulk rate per token beyond it). `provisional`
-    (`draft_provisional`): the figures of a probed profile that were filled
-    in, not measured: each takes its first observed pass as its figure
-    (`Estimates`). `seen` (`draft_seen`): where the passes it times are kept
-    (a session's CostLog, merged into the cached profile when it closes).
+    on the draft's curve; the bulk rate per token beyond it): `Costs`.
     Acceptance: a posterior per draft position (per key), from decayed counts;
     a draft model's rounds (MODEL_KEY) start from DRAFT_MODEL_PRIOR; a translated
     model's, while sampling, from `prior` × the target's running top probability
@@ -164,41 +195,38 @@ class CostAware(Policy):
     verify, observed) over what the estimates say, and scales their cost, so
     its choices see the real per-round cost. Other drafters: 1.
 
-    explore_near: past a drafting best, a draw explores only as far as it
-    favours (False: the draw's own best, the earlier rule). top_prior: while
-    sampling, a point-mass draft model's prior is scaled by the target's
-    running top probability (False: the prior as under greedy). Both exist to
-    compare the earlier rules side by side (benchmarks/replay.py translate).
+    Built from `Costs` (what rounds cost) and `Priors` (what acceptance is
+    believed before evidence, and how evidence fades).
     """
 
     name = "cost"
     TOP_RATE = 0.2  # weight of the newest row in the running mean of the target's top probability
+    # The rules, as class attributes a benchmark's subclass may turn off to replay the
+    # earlier ones side by side (benchmarks/replaylib/translate.py). explore_near: past a
+    # drafting best, a draw explores only as far as it favours (off: the draw's own best).
+    # top_prior: while sampling, a point-mass draft model's prior is scaled by the target's
+    # running top probability (off: the prior as under greedy).
+    explore_near = True
+    top_prior = True
 
-    def __init__(self, k_max: int, verify_s: list[float], draft_step_s: float = 0.0, feed_s: float = 0.0, *,
-                 draft_verify_s: list[float] | None = None,
-                 prior: float = 0.6, model_prior: tuple[float, float] | None = None,
-                 decay: float = 0.95, idle_decay: float = 0.98, seed: int = 0, shared: dict | None = None,
-                 explore_near: bool = True, top_prior: bool = True,
-                 provisional: Sequence[int] = (), draft_provisional: Sequence[int] = (),
-                 seen: Observed | None = None, draft_seen: Observed | None = None) -> None:
+    def __init__(self, k_max: int, costs: Costs, priors: Priors = Priors(), *, seed: int = 0,
+                 shared: dict | None = None) -> None:
         super().__init__()
         self.k_max = k_max
-        self.explore_near = explore_near
-        self.top_prior = top_prior
         # the measured profiles, corrected as passes are observed (`Estimates`); the target's
         # and the draft model's apart, as each profile was taken at its own time
-        self._target = Estimates(dict(enumerate(verify_s)), provisional)
-        self._draft = Estimates({**dict(enumerate(draft_verify_s or [])), "step": draft_step_s, "feed": feed_s},
-                                draft_provisional)
+        self._target = Estimates(dict(enumerate(costs.verify_s)), costs.provisional)
+        self._draft = Estimates({**dict(enumerate(costs.draft_verify_s or [])), "step": costs.draft_step_s,
+                                 "feed": costs.feed_s}, costs.draft_provisional)
         # where the passes this policy times are kept (a session's CostLog, for the cache)
-        self._seen, self._draft_seen = seen, draft_seen
+        self._seen, self._draft_seen = costs.seen, costs.draft_seen
         self._refresh()
         self.round_scale = 1.0  # real ÷ estimated cost of a drafting round (drafters that report Draft.extra_s)
         self._rounds_seen = 0
-        self.prior = prior
-        self.model_prior = model_prior  # (mean, strength) for a draft model's rounds; None: as the others
-        self.decay = decay
-        self.idle_decay = idle_decay
+        self.prior = priors.prior
+        self.model_prior = priors.model  # (mean, strength) for a draft model's rounds; None: as the others
+        self.decay = priors.decay
+        self.idle_decay = priors.idle_decay
         self.rng = np.random.default_rng(seed)
         self.top: float | None = None  # the target's running top probability (sampling; None: not told)
         # key → Acceptance; a server passes one dict to all its requests' policies
@@ -292,6 +320,16 @@ class CostAware(Policy):
             acc.forget(self.idle_decay)
         return k
 
+    def shape_tree(self, tree: DraftTree, k: int, width: int) -> DraftTree:
+        """The extra branches that raise expected tokens per second on this
+        policy's verify curve (`policy.trees.size_tree`), the main branch reached
+        with the key's acceptance estimates."""
+        reach, r = [], 1.0
+        for a in self.acceptance(tree.key).rates(k):
+            r *= a
+            reach.append(r)
+        return size_tree(tree, reach, self.verify_s, width=width)
+
     def choose_offer(self, key: int, offered: int, limit: int, situation: Situation = ALONE) -> tuple[int, bool]:
         """The offer or the model, whichever promises more tokens per second
         under the round's upward draw: the offer's drafts cost no draft steps, the
@@ -300,7 +338,7 @@ class CostAware(Policy):
         draw, is probed as in `choose`: at the shortest k its draw favours."""
         limit, offered = min(limit, self.k_max), min(offered, self.k_max)
         counts, situation = situation.counts, replace(situation, counts=())  # the offer's, not the model's
-        if offered <= 0 or (limit > 0 and situation.lag <= 2 and not self.acceptance(MODEL_KEY).reached):
+        if offered <= 0 or (limit > 0 and situation.lag <= NORMAL_FEED and not self.acceptance(MODEL_KEY).reached):
             # no offer, or the model has not drafted yet and its cache is in
             # step: it drafts once now, while learning what it is worth is cheap
             k = self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0
@@ -325,7 +363,7 @@ class CostAware(Policy):
             k = _explore(rates, self.rates(model.rates(limit), situation), k, self.explore_near)
         # this round pays the model's catch-up, if its cache lags
         rate = 1.0 / (1.0 / rates[k] + self.catch_up_s(situation.lag) / expected_tokens(alphas[:k]))
-        if rate > take[k_take] and (situation.lag <= 2 or
+        if rate > take[k_take] and (situation.lag <= NORMAL_FEED or
                                     self._catch_up_pays(situation.lag, situation.remaining, rate, rates[0])):
             return k, False
         if k_take == 0:
@@ -354,7 +392,7 @@ class CostAware(Policy):
         first step: a pass of `lag` rows on the draft's measured curve where it
         reaches (a few tokens cost far more each than a prompt's bulk rate), the
         bulk rate per token beyond."""
-        if lag <= 2:  # NORMAL_FEED: the first draft step feeds them
+        if lag <= NORMAL_FEED:  # the first draft step feeds them
             return 0.0
         curve = self.draft_verify_s
         if not curve:

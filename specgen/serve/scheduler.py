@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 
-from specgen.decode.generation import Generation, plan_step
+from specgen.decode.generation import Generation, Planned, plan_step
 from specgen.engine.llama import common_prefix
 from specgen.serve.promptstore import MIN_SAVE
 from specgen.errors import SpecgenError
@@ -122,7 +122,7 @@ class _Active:
     prefilled: int = 0  # prompt tokens in the cache so far
     cached: int = 0  # of them, those found in the slot's cache at admission
     t_first: float | None = None
-    planned: list[int] | None = None  # this step's verify rows
+    planned: Planned | None = None  # this step's round (its verify rows: `planned.rows`)
     chunk: int = 0  # prompt tokens in this step's prefill part
 
     @property
@@ -503,7 +503,7 @@ class Server:
             # fit around its rows (a cached prompt's last token: 1 row beside them)
             tail = sum(len(a.job.prompt) - a.prefilled for a in prefilling)
             self._plan(generating, self.drafter, tail % group if tail <= cap // 2 else 0, None)
-            reserved = sum(len(a.planned or ()) for a in generating)
+            reserved = sum(len(a.planned.rows) for a in generating if a.planned is not None)
         else:
             reserved = len(generating) * (self.draft_max + 1 if drafts and self.drafter is not None else 1)
         budget = self.target.n_batch - reserved
@@ -529,12 +529,12 @@ class Server:
         parts, owners = [], []
         for a in generating:
             if a.planned is not None:
-                parts.append((a.seq, a.planned, len(a.planned)))
+                parts.append((a.seq, a.planned.rows, len(a.planned.rows)))
                 owners.append((a, "verify"))
         for a, chunk, n_logits in prefill_parts:
             parts.append((a.seq, chunk, n_logits))
             owners.append((a, "prefill"))
-        self.step_log.append((len(parts), sum(len(a.planned or ()) for a in generating), prefill_rows))
+        self.step_log.append((len(parts), sum(len(a.planned.rows) for a in generating if a.planned is not None), prefill_rows))
         return parts, owners
 
     def _plan(self, generating: list[_Active], drafter, busy_rows: int, max_rows: int | None) -> None:
@@ -557,7 +557,7 @@ class Server:
         finished = [a for a in generating if a.planned is None]  # plan() said done (context full)
         for (a, kind), rows in zip(owners, views):
             if kind == "verify":
-                a.gen.settle(rows, shared=len(owners) > 1)  # a pass of its own times its verify cost
+                a.gen.settle(a.planned, rows, shared=len(owners) > 1)  # a pass of its own times its verify cost
                 if a.gen.done:
                     finished.append(a)
                 continue

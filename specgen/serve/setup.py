@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from specgen.errors import SpecgenError
+from specgen.plan import Kind
 from specgen.session import ModelOptions, Session, make_gate, open_session
 
 CACHE_RAM_MIB = 1024  # host memory for prompt states saved from slots (llama-server's --cache-ram: 8192)
@@ -63,7 +64,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
 
     def new_server() -> Server:
         drafter = session.drafter
-        if session.mode == "lookup":
+        if session.mode is Kind.LOOKUP:
             drafter = session.new_drafter()  # fresh indexes for a fresh server
         # Each request learns its own acceptance (a fresh prior drafts, and
         # requests differ); only a drafter that carries an index across requests
