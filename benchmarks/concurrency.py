@@ -31,6 +31,7 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specgen.engine.llama import Engine  # noqa: E402
+from specgen.rules.sampling import SamplingParams  # noqa: E402
 from specgen.serve.scheduler import Job, Server  # noqa: E402
 
 TEXT = (
@@ -49,10 +50,10 @@ def llama_batched(tool: str, model: str, threads: int, npp: int, ntg: int, npl: 
 
 def specgen_serve(engine: Engine, npp: int, ntg: int, n: int, level: int) -> dict:
     base = engine.tokenize(TEXT * 8)
-    jobs = [Job(f"r{i}", base[i : i + npp], ntg) for i in range(n)]
+    jobs = [Job(f"r{i}", base[i : i + npp], ntg, SamplingParams(ignore_eos=True)) for i in range(n)]
     for s in range(level):
         engine.truncate(s, 0)
-    server = Server(engine, level, ignore_eos=True)
+    server = Server(engine, level)
     t0 = time.perf_counter()
     res = server.serve(jobs)
     wall = time.perf_counter() - t0

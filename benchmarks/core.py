@@ -57,7 +57,7 @@ def llama_lookup(tools, model, k, n, threads, ctx):
 def prompt_tokens(model) -> int:
     from specgen.engine.llama import Engine
 
-    with Engine(model, vocab_only=True) as e:
+    with Engine.vocab(model) as e:
         return len(e.tokenize(PROMPT.read_text()))
 
 
@@ -103,6 +103,7 @@ def python_overhead(model, k, n, threads, ctx):
     from specgen.decode.generation import Generation
     from specgen.drafters.build import DrafterOptions, build_drafter
     from specgen.engine.llama import Engine
+    from specgen.rules.sampling import SamplingParams
 
     spent = [0.0]
     real_decode = L.llama_decode
@@ -117,10 +118,10 @@ def python_overhead(model, k, n, threads, ctx):
     lookup = DrafterOptions("lookup")  # specgen run --lookup's drafter
     try:
         with Engine(model, n_ctx=ctx, n_threads=threads) as e:
-            gen = Generation(e, e.tokenize(PROMPT.read_text()), build_drafter(lookup), draft_max=k, max_tokens=n, ignore_eos=True)
+            gen = Generation(e, e.tokenize(PROMPT.read_text()), build_drafter(lookup), draft_max=k, max_tokens=n, params=SamplingParams(ignore_eos=True))
             rounds = list(gen)
             spent[0] = 0.0  # count decode rounds only, not the prefill
-            gen = Generation(e, e.tokenize(PROMPT.read_text()), build_drafter(lookup), draft_max=k, max_tokens=n, ignore_eos=True)
+            gen = Generation(e, e.tokenize(PROMPT.read_text()), build_drafter(lookup), draft_max=k, max_tokens=n, params=SamplingParams(ignore_eos=True))
             it = iter(gen)
             next(it)  # prefill round
             spent[0] = 0.0
@@ -137,7 +138,7 @@ def peak_rss(model, n, threads, ctx):
     """Peak RSS of a `specgen run --lookup` process vs model file + KV cache."""
     from specgen.engine.llama import Engine
 
-    with Engine(model, vocab_only=True) as e:
+    with Engine.vocab(model) as e:
         arch = e.meta("general.architecture")
         layers = int(e.meta(f"{arch}.block_count"))
         kv_heads = int(e.meta(f"{arch}.attention.head_count_kv"))

@@ -5,12 +5,12 @@ process, so the client's CPU time (this process's) is the client's alone,
 then drives it through the same code as `specgen bench --endpoint`
 (HttpBench), side by side in one run for the readers of the timed stream:
 
-- `specgen`: what specgen uses (specgen.bench.stream: an asyncio Protocol
+- `specgen`: what specgen uses (specgen.bench.endpoint.client: an asyncio Protocol
   whose bytes llhttp frames through httptools, the SSE parsed in
   data_received, one task wake-up a request);
 - `aiohttp`: aiohttp's client (its keep-alive pool, its C parser, the body
   read by `content.iter_any()` in the request's task, as vLLM's serving
-  benchmark reads it), feeding the same reader (specgen.bench.http): the
+  benchmark reads it), feeding the same reader (specgen.bench.endpoint.measure): the
   alternative to httptools, kept here for the comparison (run when aiohttp
   is installed: it is no dependency of specgen's);
 - `httpx`: the reader before the protocol (httpx's aiter_lines, kept here
@@ -61,12 +61,12 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specgen.bench.http import (  # noqa: E402
+from specgen.bench.endpoint.measure import (  # noqa: E402
     Endpoint, Sampling, RequestFailed, SseReader, short_text, describe, error_text, parse_counters,
 )
-from specgen.bench.load import HttpBench, LoadSettings  # noqa: E402
+from specgen.bench.endpoint.load import HttpBench, LoadSettings  # noqa: E402
 from specgen.bench.requests import Request  # noqa: E402
-from specgen.bench.stream import BadResponse, ConnectFailed, ServerClosed, StreamError  # noqa: E402
+from specgen.bench.endpoint.client import BadResponse, ConnectFailed, ServerClosed, StreamError  # noqa: E402
 
 READERS = ("specgen", "aiohttp", "httpx")
 
@@ -110,7 +110,7 @@ class Recording(HttpBench):
 
 
 class HttpxRecording(Recording):
-    """The same, the stream read by httpx as `specgen bench --endpoint` did before specgen.bench.stream."""
+    """The same, the stream read by httpx as `specgen bench --endpoint` did before specgen.bench.endpoint.client."""
 
     async def stream(self, client, ep, path, body):
         raw = await httpx_stream_one(client, ep, path, body, self.settings.timeout)
@@ -119,7 +119,7 @@ class HttpxRecording(Recording):
 
 
 async def httpx_stream_one(client, ep: Endpoint, path: str, body: dict, timeout: float) -> dict:
-    """The former specgen.bench.http.stream_one and _read_stream (httpx, aiter_lines), unchanged but for `started`."""
+    """The former specgen.bench.endpoint.measure.stream_one and _read_stream (httpx, aiter_lines), unchanged but for `started`."""
     import httpx
 
     out: dict = {"status": None, "error": None, "ttft_s": None, "total_s": None, "chunk_s": [], "text": "",
@@ -216,7 +216,7 @@ class AiohttpRecording(Recording):
 
 
 async def aiohttp_stream_one(session, ep: Endpoint, path: str, body: dict, timeout: float) -> dict:
-    """specgen.bench.http.stream_one with aiohttp's client in place of specgen.bench.stream's pool."""
+    """specgen.bench.endpoint.measure.stream_one with aiohttp's client in place of specgen.bench.endpoint.client's pool."""
     out: dict = {"status": None, "error": None, "ttft_s": None, "total_s": None, "chunk_s": [], "text": "",
                  "usage": None, "speculative": None, "timings": None, "finish_reason": None}
     data = json.dumps(body).encode()

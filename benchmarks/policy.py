@@ -73,8 +73,7 @@ def specgen_run(target, draft, prompt, n, k, policy, temp, seed=1, lookup=False)
     # as the loader builds it, with lookup: lookup's offers up to k, the model's up to 8
     opts = DrafterOptions("draft", lookup_alongside=lookup, model_max=min(k, 8) if lookup else None)
     drafter = build_drafter(opts, target, OpenedDraft(draft, same_vocab=True, n_shared=target.n_vocab)) if k else None
-    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True,
-                     params=SamplingParams(temperature=temp, seed=seed),
+    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, params=SamplingParams(ignore_eos=True, temperature=temp, seed=seed),
                      policy=make_policy(policy, k, target, draft) if k else None)
     for _ in gen:
         pass

@@ -110,7 +110,7 @@ def closed_loop(serving, prompts: list[list[int]], ids: list[str], n: int, max_t
     def submit_next(_res=None) -> None:
         if todo:
             i = todo.pop(0)
-            server.submit(Job(ids[i], prompts[i], max_tokens, SamplingParams()), on_tokens=on_tokens,
+            server.submit(Job(ids[i], prompts[i], max_tokens, SamplingParams(ignore_eos=True)), on_tokens=on_tokens,
                           on_finish=submit_next)
 
     for _ in range(n):
@@ -151,7 +151,7 @@ def main() -> None:
     try:
         for name, cfg in configs.items():
             opts = ModelOptions(model="gemma3-270m", threads=a.threads, ctx_size=a.ctx_size, no_spec=cfg["no_spec"], draft_max=cfg["k"])
-            servings[name] = open_serving(opts, a.concurrency, ignore_eos=True, settings=cfg["settings"])
+            servings[name] = open_serving(opts, a.concurrency, settings=cfg["settings"])
         for name, serving in servings.items():  # warm-up: a prompt outside the set
             warm = serving.target.tokenize("Warm-up: list three colours of the rainbow, one per line.\n")
             serving.new_server().serve([Job("warm-up", warm, 8)])

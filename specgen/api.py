@@ -51,7 +51,7 @@ def run_bench(requests: str | Path | None = None, configs: Sequence[str] = ("loo
     through plain decoding and each `--config` string, side by side, as `specgen bench`;
     `on_record` gets each request's record (all its configurations) as it is done."""
     from specgen.bench.configs import parse_configs
-    from specgen.bench.models import open_bench
+    from specgen.bench.setup import open_bench
     from specgen.bench.requests import load_requests
     from specgen.bench.runner import Runner, Settings
     from specgen.bench.stats import summarize

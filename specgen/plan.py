@@ -79,7 +79,6 @@ class DrafterOptions:
     p_min: float = 0.0  # DRAFT: stop drafting once its top probability falls below this
     global_cache: bool = False  # SUFFIX: also draft from earlier generations of this drafter
     suffix_choice: str = LATEST  # SUFFIX: which earlier occurrence's continuation drafts
-    suffix_settings: tuple[tuple[str, object], ...] = ()  # further SuffixDrafter arguments (benchmarks' variants)
 
     def __post_init__(self) -> None:
         try:
@@ -89,8 +88,6 @@ class DrafterOptions:
         if kind is Kind.PLAIN:
             raise ValueError(f"unknown drafter kind '{self.kind}' (choose {', '.join(k.value for k in Kind if k is not Kind.PLAIN)})")
         object.__setattr__(self, "kind", kind)
-        if self.suffix_settings and kind is not Kind.SUFFIX:
-            raise ValueError("suffix_settings are arguments of the suffix index")
 
 
 @dataclass(frozen=True)

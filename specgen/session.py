@@ -6,7 +6,7 @@ checked first: a draft of another vocabulary drafts through text, one that
 cannot encode text is refused), and builds the drafter through the one
 `build_drafter` (specgen.drafters.build). The `Session` it returns is the one
 holder of opened models, for every command: run, chat, rewrite, tune, serve
-(specgen.serve.setup) and bench (specgen.bench.models, which opens several
+(specgen.serve.setup) and bench (specgen.bench.setup, which opens several
 draft models beside one target). What it speculates with is one `SpecPlan`
 (specgen.plan: its kind, k, policy and drafter options); heads read the
 target's hidden state, so only then is the target opened with hidden=True.
@@ -47,7 +47,7 @@ class ModelOptions:
     n_seq: int = 1
     adaptive: str | None = None  # cost | heuristic | fixed; None: cost, or fixed when -k is given
     p_min: float = 0.0
-    drafter: Kind | None = None  # Kind.SUFFIX: the suffix index instead of prompt lookup
+    drafter: Kind | None = None  # a free kind other than prompt lookup (Kind.SUFFIX: the suffix index)
     global_cache: bool = False  # suffix: also draft from earlier requests of this process
     suffix_choice: str = "latest"  # suffix: latest occurrence's continuation, or "frequent"
     tree_width: int = 1  # suffix: draft trees of up to this many branches (specgen.decode.tree)
@@ -57,7 +57,7 @@ class ModelOptions:
         chosen = [name for name, on in (("-d/--draft", self.draft),
                                         ("--lookup", self.lookup and not self.draft and not self.heads),
                                         ("--heads", self.heads), ("--no-spec", self.no_spec),
-                                        ("--suffix", self.drafter == Kind.SUFFIX)) if on]
+                                        (f"--{self.drafter}", self.drafter not in (None, Kind.LOOKUP))) if on]
         if len(chosen) > 1:
             raise SpecgenError(f"choose one of {', '.join(chosen)}")
         if self.draft_max is not None and self.draft_max < 1:
@@ -78,8 +78,8 @@ class ModelOptions:
             raise SpecgenError("--heads needs a heads file or auto")
         if self.tree_width > 1 and (self.drafter != Kind.SUFFIX or self.n_seq > 1):
             raise SpecgenError("--tree-width needs --suffix (and one sequence)")
-        if self.drafter not in (None, Kind.LOOKUP, Kind.SUFFIX):
-            raise SpecgenError(f"unknown drafter '{self.drafter}' (choose lookup or suffix)")
+        if self.drafter is not None and self.drafter not in [k for k in Kind if k.free]:
+            raise SpecgenError(f"unknown drafter '{self.drafter}' (choose {', '.join(str(k) for k in Kind if k.free)})")
         if self.suffix_choice not in SUFFIX_CHOICES:
             raise SpecgenError(f"unknown suffix continuation '{self.suffix_choice}' (choose {', '.join(SUFFIX_CHOICES)})")
 
@@ -93,7 +93,7 @@ class ModelOptions:
 
     def asks_free(self) -> bool:
         """Something other than a draft model was asked for (a pair's draft is then not opened)."""
-        return bool(self.lookup or self.no_spec or self.drafter == Kind.SUFFIX or self.heads)
+        return bool(self.lookup or self.no_spec or self.drafter not in (None, Kind.LOOKUP) or self.heads)
 
     @property
     def policy_name(self) -> str:
@@ -183,20 +183,23 @@ class Session:
         pass settled); read `stats`, `text`. It drafts with the session's drafter and
         plan, or with `drafter` (None for plain decoding: k=0) up to `k`, under
         `policy` (default: a fresh one). A str prompt is tokenized as text (no chat
-        template). `on_prefill(done, total)`: told as a long prompt is read
-        (Generation.read_prompt)."""
+        template). `ignore_eos` goes on to max_tokens (as params.ignore_eos does).
+        `on_prefill(done, total)`: told as a long prompt is read (Generation.read_prompt)."""
         tokens = self.target.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         drafter = self.drafter if drafter is None and k is None else drafter
         k = self.draft_max if k is None else k
+        if ignore_eos and not params.ignore_eos:
+            params = replace(params, ignore_eos=True)
         kw = dict(draft_max=k if drafter is not None else 0, max_tokens=max_tokens, params=params,
-                  ignore_eos=ignore_eos, policy=policy if policy is not None else self.new_policy())
-        if on_prefill is not None:
-            kw["on_prefill"] = on_prefill
+                  policy=policy if policy is not None else self.new_policy())
         if self.plan.tree_width > 1:
             from specgen.decode.tree import TreeGeneration
 
-            return TreeGeneration(self.target, tokens, drafter, tree_width=self.plan.tree_width, **kw)
-        return Generation(self.target, tokens, drafter, **kw)
+            gen = TreeGeneration(self.target, tokens, drafter, tree_width=self.plan.tree_width, **kw)
+        else:
+            gen = Generation(self.target, tokens, drafter, **kw)
+        gen.on_prefill = on_prefill
+        return gen
 
     def __enter__(self) -> "Session":
         return self
@@ -217,16 +220,16 @@ class Session:
         self.drafts.clear()
         self.target.close()
         if self.holds_blas:
-            from specgen.heads.model import release_blas
+            from specgen.heads.blas import release_blas
 
             self.holds_blas = False
             release_blas()
 
     def hold_blas(self) -> None:
         """Hold numpy's BLAS at one thread while this session's heads draft, until `close`
-        (specgen.heads.model.hold_one_blas_thread)."""
+        (specgen.heads.blas.hold_one_blas_thread)."""
         if not self.holds_blas:
-            from specgen.heads.model import hold_one_blas_thread
+            from specgen.heads.blas import hold_one_blas_thread
 
             hold_one_blas_thread()
             self.holds_blas = True
@@ -328,7 +331,7 @@ def open_session(opts: ModelOptions, catalog: Catalog | None = None) -> Session:
     target_path = _resolve(model_ref, catalog)
     draft_path = _resolve(draft_ref, catalog) if draft_ref else None
     kind = Kind.PLAIN if opts.no_spec else Kind.DRAFT if draft_path else Kind.HEADS if opts.heads else \
-        Kind.SUFFIX if opts.drafter == Kind.SUFFIX else Kind.LOOKUP
+        Kind(opts.drafter or Kind.LOOKUP)
     if opts.lookup is False and not kind.with_model:
         raise SpecgenError("--no-lookup needs a draft model (-d/--draft or --pair) or --heads; "
                            "to decode plainly use --no-spec")
@@ -377,11 +380,11 @@ def open_heads(ref: str, target_path: Path, model_ref: str | None = None):
 
 
 def auto_draft(opts: ModelOptions, catalog: Catalog) -> str | None:
-    """--pair auto: the best local draft for the target (specgen.drafters.pairing), said in one
+    """--pair auto: the best local draft for the target (specgen.drafters.candidates), said in one
     note; None where none can draft (prompt lookup then) or another drafter was asked."""
     if opts.asks_free():
         return None
-    from specgen.drafters.pairing import choose
+    from specgen.drafters.candidates import choose
 
     path, line = choose(_resolve(opts.model, catalog), threads=opts.threads, gpu_layers=opts.gpu_layers)
     note(line)

@@ -1,11 +1,11 @@
-"""Tiny GGUF files for tests: real vocabularies that llama.cpp loads with vocab_only=True.
+"""Tiny GGUF files for tests: real vocabularies that llama.cpp loads with vocab_only (Engine.vocab).
 
 `write_spm_gguf` writes a llama-architecture header (the few hyperparameters
 llama.cpp reads even when it loads only the vocabulary) and a small
 SentencePiece vocabulary with all 256 byte-fallback tokens, no tensors.
 `copy_vocab_gguf` rewrites an existing GGUF's metadata (a real model's full
 vocabulary) without its tensors, optionally with some token texts changed.
-Both files open only with vocab_only=True: there are no weights to run.
+Both files open only with Engine.vocab: there are no weights to run.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Every import counts: at module level, inside functions, under TYPE_CHECKING.
 """
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -165,3 +166,49 @@ def test_the_probe_check_can_fail(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path / "specgen")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert [h.rsplit(":", 1)[1] for h in _probes()] == ["2", "3", "4", "5"]
+
+
+MAX_PARAMS, MAX_LINES = 8, 80
+
+
+def _shapes(root: Path) -> tuple[list[str], list[str]]:
+    """Constructors over MAX_PARAMS parameters (self not counted), and functions over
+    MAX_LINES lines outside cli/ (the commands' bodies, which read as their --help)."""
+    wide, long_ = [], []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for f in node.body:
+                    if isinstance(f, ast.FunctionDef) and f.name == "__init__":
+                        n = len(f.args.args) - 1 + len(f.args.kwonlyargs)
+                        if n > MAX_PARAMS:
+                            wide.append(f"{rel}:{node.name} {n}")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "cli" not in rel.parts:
+                if node.end_lineno - node.lineno + 1 > MAX_LINES:
+                    long_.append(f"{rel}:{node.name}")
+    return wide, long_
+
+
+def test_constructors_stay_narrow_and_functions_short():
+    wide, long_ = _shapes(PKG)
+    assert not wide
+    assert not long_
+
+
+def test_the_shape_check_can_fail(tmp_path):
+    (tmp_path / "specgen").mkdir()
+    args = ", ".join(f"a{i}" for i in range(MAX_PARAMS))
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
+    (tmp_path / "specgen" / "x.py").write_text(
+        f"class Ok:\n    def __init__(self, {args}): pass\n"
+        f"class Wide:\n    def __init__(self, {args}, *, one_more=1): pass\n"
+        f"def long():\n{body}\n")
+    assert _shapes(tmp_path / "specgen") == (["specgen/x.py:Wide 9"], ["specgen/x.py:long"])
+
+
+def test_one_place_resolves_what_to_speculate():
+    """The drafting kinds are named once (specgen/plan.py's Kind): the session does not spell them."""
+    session = (PKG / "session.py").read_text()
+    assert session.count('"suffix"') <= 1
+    assert not re.search(r'mode\s*==\s*"(lookup|suffix|draft|heads|plain)"', (PKG / "serve" / "setup.py").read_text())

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from helpers import loopback_server
-from specgen.bench.http import Endpoint
-from specgen.bench.spec_sources import asks_speculation, counter_delta, parse_positions, spec_stats, vllm_request_stats
+from specgen.bench.endpoint.measure import Endpoint
+from specgen.bench.endpoint.spec_sources import asks_speculation, counter_delta, parse_positions, spec_stats, vllm_request_stats
 from specgen.bench.records import speculation_check
 from specgen.cli.render_http import speculation_lines
 

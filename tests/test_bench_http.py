@@ -26,13 +26,13 @@ import pytest
 
 from helpers import loopback_server, read_request, sigint_default
 from openai_stub import StubServer
-from specgen.bench.http import (
+from specgen.bench.endpoint.measure import (
     Endpoint, Sampling, error_text, merge, parse_endpoints, request_body, run_measures, stream_one,
 )
-from specgen.bench.spec_sources import parse_counters, spec_stats
-from specgen.bench.load import parse_levels, poisson_arrivals
+from specgen.bench.endpoint.spec_sources import parse_counters, spec_stats
+from specgen.bench.endpoint.load import parse_levels, poisson_arrivals
 from specgen.bench.requests import Request
-from specgen.bench.stream import SseLines, StreamPool
+from specgen.bench.endpoint.client import SseLines, StreamPool
 from specgen.errors import SpecgenError
 
 ROOT = Path(__file__).resolve().parent.parent

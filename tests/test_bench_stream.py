@@ -1,4 +1,4 @@
-"""specgen.bench.stream: a response read as its bytes arrive (llhttp frames it), and every event's arrival time.
+"""specgen.bench.endpoint.client: a response read as its bytes arrive (llhttp frames it), and every event's arrival time.
 
 The connection is driven by scripted reads and a scripted clock (no socket,
 no timing), so an event's time must be exactly the time of the read that
@@ -17,9 +17,9 @@ import types
 import pytest
 
 from helpers import loopback_server, read_request
-from specgen.bench import stream
-from specgen.bench.http import Endpoint, SseReader, stream_one
-from specgen.bench.stream import StreamPool, Connection, request_bytes
+from specgen.bench.endpoint import client as stream
+from specgen.bench.endpoint.measure import Endpoint, SseReader, stream_one
+from specgen.bench.endpoint.client import StreamPool, Connection, request_bytes
 
 DONE = b"data: [DONE]\n\n"
 

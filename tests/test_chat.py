@@ -298,7 +298,7 @@ def test_second_turn_prefills_only_its_new_tokens_target_and_draft(gemma_path, c
     assert t1.decoded == len(t1.tokens)  # first turn: everything is new
     assert t2.tokens[: len(t1.tokens)] == t1.tokens  # the prompt's prefix is stable
     assert t2.decoded == len(t2.tokens) - common_prefix(t2.before, t2.tokens)
-    with Engine(gemma_path, vocab_only=True) as v:
+    with Engine.vocab(gemma_path) as v:
         suffix = v.tokenize("<end_of_turn>\n<start_of_turn>user\nTell me more<end_of_turn>\n<start_of_turn>model\n",
                             add_special=False)
     # only the new turn (plus the reply's last token, which the loop never feeds)

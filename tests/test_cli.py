@@ -132,7 +132,7 @@ def test_draft_that_cannot_encode_text_is_refused(tmp_path, gemma_path, smollm_p
 
     # open_draft compares on the engine it opens for drafting: a draft with weights
     # (SmolLM2; its fingerprint differs from Gemma's, so the detailed check runs)
-    with Engine(gemma_path, vocab_only=True) as target, pytest.raises(SpecgenError) as err:
+    with Engine.vocab(gemma_path) as target, pytest.raises(SpecgenError) as err:
         open_draft(target, smollm_path, n_ctx=256)
     assert "tokenizer does not match" in str(err.value) and "cannot draft by translation" in str(err.value)
     res = CliRunner().invoke(app, ["check", str(gemma_path), str(tiny)])
@@ -330,7 +330,7 @@ def _rendered(model, messages):
     from specgen.apps.chat import ChatFormat
     from specgen.engine.llama import Engine
 
-    with Engine(model, vocab_only=True) as e:
+    with Engine.vocab(model) as e:
         assert not e.vocab_info().add_bos
         text = render_template(ChatFormat("gguf", e.chat_template()), messages)
         return text, e.tokenize(text, add_special=False, parse_special=True)
@@ -366,7 +366,7 @@ def test_run_raw_completes_the_text_verbatim(smollm_path, fed):
     assert fed == [HAIKU] and obj["template"] == "raw"
     from specgen.engine.llama import Engine
 
-    with Engine(smollm_path, vocab_only=True) as e:
+    with Engine.vocab(smollm_path) as e:
         assert obj["prompt_tokens"] == len(e.tokenize(HAIKU))
 
 

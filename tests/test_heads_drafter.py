@@ -19,6 +19,7 @@ from specgen.heads.model import time_heads
 from specgen.drafters.model import DraftModel
 from specgen.policy.base import FixedK
 from specgen.rules.sampling import SamplingParams, Support
+from dataclasses import replace
 
 V = 16
 
@@ -36,8 +37,7 @@ class Recording(HeadsDrafter):
 
 
 def run(target, prompt, drafter, k, n=24, params=SamplingParams(), policy=None):
-    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, params=params, ignore_eos=True,
-                     policy=policy or FixedK())
+    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, params=replace(params, ignore_eos=True), policy=policy or FixedK())
     for _ in gen:
         pass
     return gen
@@ -263,7 +263,7 @@ def identity_heads(path, kind: str, n_heads: int = 3, target: str | None = None,
 def gguf_n_vocab(path) -> int:
     from specgen.engine.llama import Engine
 
-    with Engine(path, vocab_only=True) as e:
+    with Engine.vocab(path) as e:
         return e.n_vocab
 
 
@@ -306,7 +306,7 @@ def test_heads_greedy_equals_plain(hidden_target, gemma_path, plains, kind):
     drafted = 0
     for prompt, plain, top2 in plains:
         spec = Generation(hidden_target, prompt, HeadsDrafter(hidden_target, heads), draft_max=3, max_tokens=N_REAL,
-                          ignore_eos=True, policy=FixedK())
+                          policy=FixedK(), params=SamplingParams(ignore_eos=True))
         rounds = list(spec)
         assert len(spec.tokens) == len(plain)
         assert_equal_or_near_tie(plain, top2, spec.tokens)

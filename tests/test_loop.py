@@ -87,7 +87,7 @@ def test_eos_inside_accepted_draft_stops_there():
 
 def test_ignore_eos_keeps_going():
     eng = FakeEngine(chain_table(10), eog=5)
-    gen = Generation(eng, [1], None, draft_max=0, max_tokens=8, ignore_eos=True)
+    gen = Generation(eng, [1], None, draft_max=0, max_tokens=8, params=SamplingParams(ignore_eos=True))
     run(gen)
     assert gen.tokens == [2, 3, 4, 5, 6, 7, 8, 9]
 
@@ -354,7 +354,8 @@ def test_a_long_prompt_is_read_in_chunks_that_are_reported_and_the_cache_kept(mo
     seen = []
     plain = Generation(FakeEngine(chain_table(50), n_ctx=256, n_batch=64), prompt, max_tokens=5)
     list(plain)
-    gen = Generation(eng, prompt, max_tokens=5, on_prefill=lambda done, total: seen.append((done, total)))
+    gen = Generation(eng, prompt, max_tokens=5)
+    gen.on_prefill = lambda done, total: seen.append((done, total))
     list(gen)
     assert seen == [(16, 70), (32, 70), (48, 70), (64, 70), (70, 70)]
     assert gen.tokens == plain.tokens
@@ -362,6 +363,8 @@ def test_a_long_prompt_is_read_in_chunks_that_are_reported_and_the_cache_kept(mo
     # a second request sharing the first 40 tokens reads only the rest, still reported
     seen.clear()
     eng.decodes.clear()
-    list(Generation(eng, prompt[:40] + [3] * 30, max_tokens=2, on_prefill=lambda d, t: seen.append((d, t))))
+    again = Generation(eng, prompt[:40] + [3] * 30, max_tokens=2)
+    again.on_prefill = lambda d, t: seen.append((d, t))
+    list(again)
     assert seen == [(56, 70), (70, 70)]
     assert eng.decodes[0][1] == [3] * 16

@@ -16,9 +16,11 @@ from fakes import RowRecorder
 import pytest
 
 from specgen.decode.generation import Generation
+from specgen.rules.sampling import SamplingParams
 from specgen.drafters.model import DraftModel
 from specgen.drafters.lookup import PromptLookup
 from specgen.engine.llama import Engine
+from dataclasses import replace
 
 pytestmark = pytest.mark.model
 
@@ -77,7 +79,7 @@ class VerifyRecorder(RowRecorder):
 
 
 def greedy(target, prompt, drafter=None, k=0, n=48):
-    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True)
+    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, params=SamplingParams(ignore_eos=True))
     for _ in gen:
         pass
     return gen
@@ -172,7 +174,7 @@ def test_sampled_draft_run_is_reproducible_and_varies_with_seed(target, q4_draft
     for seed in (1, 1, 2):
         params = SamplingParams(temperature=1.0, seed=seed)
         drafter = DraftModel(q4_draft, target.n_vocab, target.n_vocab)
-        gen = Generation(target, prompt, drafter, draft_max=3, max_tokens=24, params=params, ignore_eos=True)
+        gen = Generation(target, prompt, drafter, draft_max=3, max_tokens=24, params=replace(params, ignore_eos=True))
         for _ in gen:
             pass
         outs.append(gen.tokens)
@@ -207,7 +209,7 @@ def test_default_policy_drafts_on_a_pair_where_drafting_pays(f32_path, draft_pat
         plain, top2 = plain_run(target, prompt, n=40)
         policy = make_policy("cost", 8, target, draft)
         gen = Generation(target, prompt, DraftModel(draft, target.n_vocab, target.n_vocab), draft_max=8,
-                         max_tokens=40, ignore_eos=True, policy=policy)
+                         max_tokens=40, policy=policy, params=SamplingParams(ignore_eos=True))
         for _ in gen:
             pass
     assert_equal_or_near_tie(plain, top2, gen.tokens)
@@ -264,7 +266,7 @@ def _alongside(target, draft, policy_name):
 
     model._catch_up = checked
     drafter = WithLookup(model, PromptLookup())
-    gen = Generation(target, prompt, drafter, draft_max=8, max_tokens=40, ignore_eos=True, policy=policy)
+    gen = Generation(target, prompt, drafter, draft_max=8, max_tokens=40, policy=policy, params=SamplingParams(ignore_eos=True))
     for _ in gen:
         pass
     assert_equal_or_near_tie(plain, top2, gen.tokens)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from specgen import notes
 from specgen.cli import app
-from specgen.drafters import pairing as judge
+from specgen.drafters import candidates as judge
 from specgen.engine import costs
 from specgen.models import pairing
 from specgen.models.catalog import load_catalog, user_models_file
@@ -236,7 +236,7 @@ def test_run_pair_auto_drafts_with_it(gemma_folder, f32_path, draft_path):
 
 def test_bench_pair_auto_becomes_the_chosen_draft_or_lookup(stores, monkeypatch, tmp_path):
     from specgen.bench.configs import Config, parse_configs
-    from specgen.bench.models import _resolve_pairs
+    from specgen.bench.setup import _resolve_pairs
 
     said: list[str] = []
     before = notes.to(said.append)

@@ -15,7 +15,7 @@ import pytest
 
 from fakes import FakeEngine, chain_table
 from test_serving import MultiFakeEngine, WrongAfter, sequential
-from specgen.serve.scheduler import Job, Server
+from specgen.serve.scheduler import Job, SchedulerSettings, Server
 
 
 def _one(server: Server, job: Job):
@@ -158,7 +158,7 @@ def test_a_cancelled_request_leaves_what_it_settled_for_the_next():
 
 def test_the_cache_off_prefills_every_prompt_and_frees_the_slot():
     eng = MultiFakeEngine(chain_table(50))
-    server = Server(eng, 2, prompt_cache=False)
+    server = Server(eng, 2, settings=SchedulerSettings(prompt_cache=False))
     _one(server, Job("a", [1, 2, 3, 4], max_tokens=4))
     assert all(kv == [] for kv in eng.kv.values())  # released at once
     mark = len(eng.batches)
@@ -191,7 +191,7 @@ def test_a_slot_cache_saved_to_the_store_is_loaded_back_for_its_prompt():
     # a cache too short to be worth saving, and a server without the cache, store nothing
     _one(server, Job("d", [3] * 10, max_tokens=2))
     assert len(store) == 2  # c's cache was saved when d took the slot; d's own will not be
-    off = Server(MultiFakeEngine(chain_table(50)), 1, prompt_cache=False, store=PromptStore(1 << 20))
+    off = Server(MultiFakeEngine(chain_table(50)), 1, store=PromptStore(1 << 20), settings=SchedulerSettings(prompt_cache=False))
     assert off.store is None
 
 

@@ -105,8 +105,7 @@ def assert_equal_or_near_tie(plain, plain_rows, spec, seed, spec_rows=None):
 
 def recorded(target, prompt, drafter, seed, k):
     rec = Rows(target, PARAMS)
-    gen = Generation(rec, prompt, drafter, draft_max=k, max_tokens=N, ignore_eos=True,
-                     params=SamplingParams(temperature=0.8, seed=seed))
+    gen = Generation(rec, prompt, drafter, draft_max=k, max_tokens=N, params=SamplingParams(ignore_eos=True, temperature=0.8, seed=seed))
     for _ in gen:
         pass
     return gen, [rec.at[len(prompt) - 1 + i] for i in range(len(gen.tokens))]

@@ -327,6 +327,21 @@ def test_speculative_overrides():
     assert S.parse_chat({**msg, "speculative": {"mode": "lookup", "k": 2, "policy": "fixed"}}, d).spec == S.Spec("lookup", 2, "fixed")
 
 
+def test_the_servers_ignore_eos_reaches_every_job():
+    from types import SimpleNamespace
+
+    from specgen.rules.sampling import SamplingParams
+    from specgen.serve.http import intake
+    from specgen.serve.http import schema as S
+
+    engine = SimpleNamespace(target=SimpleNamespace(n_ctx=512), check=lambda job: 0)
+    body = {"prompt": [1, 2, 3], "max_tokens": 5}
+    for flag in (False, True):
+        d = S.Defaults(SamplingParams(temperature=0.5, ignore_eos=flag), mode="lookup", draft_max=4, policy="fixed")
+        job = intake.make_job(S.parse_completion({**body, "temperature": 0.9}, d), [1, 2, 3], engine, d)
+        assert job.params.ignore_eos is flag and job.params.temperature == 0.9 and job.max_tokens == 5
+
+
 # =========================================================== real HTTP, real model
 
 

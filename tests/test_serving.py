@@ -261,14 +261,15 @@ def sequential_runs(target):
 
 
 def _jobs(engine):
-    return [Job(f"p{i}", engine.tokenize(p), max_tokens=N_REAL) for i, p in enumerate(PROMPTS)]
+    return [Job(f"p{i}", engine.tokenize(p), max_tokens=N_REAL, params=SamplingParams(ignore_eos=True))
+            for i, p in enumerate(PROMPTS)]
 
 
 @pytest.mark.model
 @pytest.mark.parametrize("mode", ["plain", "lookup"])
 def test_three_requests_at_concurrency_3_match_sequential_greedy(shared, sequential_runs, mode):
     kw = {} if mode == "plain" else {"draft_max": 4, "drafter": PromptLookup()}
-    server = Server(shared, 3, ignore_eos=True, **kw)
+    server = Server(shared, 3, **kw)
     out = {r.job.id: r for r in server.serve(_jobs(shared))}
     for i, (tokens, top) in enumerate(sequential_runs):
         r = out[f"p{i}"]
@@ -285,7 +286,7 @@ def test_batched_draft_model_at_concurrency_3_matches_sequential_greedy(gemma_pa
 
     with Engine(gemma_path, n_ctx=1024, n_threads=2, n_seq_max=3, kv_unified=True) as draft:
         batched = DraftModel(draft, draft.n_vocab, shared.n_vocab)
-        server = Server(shared, 3, draft_max=3, drafter=batched, ignore_eos=True)
+        server = Server(shared, 3, draft_max=3, drafter=batched)
         out = {r.job.id: r for r in server.serve(_jobs(shared))}
         for i, (tokens, top) in enumerate(sequential_runs):
             r = out[f"p{i}"]

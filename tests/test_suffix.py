@@ -7,6 +7,7 @@ from specgen.drafters.lookup import lookup_draft
 from specgen.drafters.automaton import FREQUENT, LATEST, SuffixAutomaton
 from specgen.drafters.continuations import KEY_AGREED, KEY_GLOBAL, KEY_SINGLE, KEY_SPLIT, key_bucket, match_bucket
 from specgen.drafters.suffix import GlobalIndex, SuffixDrafter, suffix_draft
+from specgen.rules.sampling import SamplingParams
 
 
 def _random_stream(rng, n, alphabet):
@@ -203,7 +204,7 @@ def test_capped_walk_still_drafts_a_true_continuation(seed, choice):
     # the draft is what followed some earlier occurrence of the longest match.
     rng = np.random.default_rng(200 + seed)
     toks = _random_stream(rng, 30, 2)
-    d = SuffixDrafter(choice=choice, max_walk=2, cut_at_split=False)  # whole copies: what the capped states kept
+    d = SuffixDrafter.switched(cut_at_split=False)(choice=choice, max_walk=2)  # whole copies: what the capped states kept
     for _ in range(30):
         k = int(rng.integers(1, 5))
         got = d.propose_one(toks, k)
@@ -240,7 +241,7 @@ COPY = "Rename the function add to plus:\n\ndef add(a, b):\n    return a + b\n\n
 def _greedy(target, prompt, drafter=None, k=0, n=40):
     from specgen.decode.generation import Generation
 
-    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True)
+    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, params=SamplingParams(ignore_eos=True))
     for _ in gen:
         pass
     return gen
@@ -308,7 +309,7 @@ def test_a_finished_generation_is_remembered_with_its_final_round(max_tokens):
 
     d = SuffixDrafter(global_cache=True)
     prompt = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
-    gen = Generation(FakeEngine(chain_table(10)), prompt, d, draft_max=4, max_tokens=max_tokens, ignore_eos=True)
+    gen = Generation(FakeEngine(chain_table(10)), prompt, d, draft_max=4, max_tokens=max_tokens, params=SamplingParams(ignore_eos=True))
     for _ in gen:
         pass
     assert len(gen.tokens) == max_tokens
@@ -329,7 +330,7 @@ def test_a_periodic_run_drafts_past_one_period():
 def test_key_tells_fixed_text_from_a_varying_field():
     # a form seen three times: "5 6" always goes on with 7 (fixed text); "7" with a
     # different value each time (a field)
-    d = SuffixDrafter(global_cache=True, min_global_match=1, cut_at_split=False)
+    d = SuffixDrafter.switched(cut_at_split=False)(global_cache=True, min_global_match=1)
     for value in (20, 21, 22):
         d.remember([5, 6, 7, value, 8, 9])
     got = d.propose_one([1, 5, 6], 3, seq=1)
@@ -365,7 +366,7 @@ def test_a_draft_ends_before_a_varying_field():
     # a match seen once has nothing to compare: the copy is whole
     assert SuffixDrafter().propose_one([5, 6, 7, 8, 9, 5, 6], 3).tokens == [7, 8, 9]
     # off: the whole copy, as before
-    d = SuffixDrafter(global_cache=True, min_global_match=1, cut_at_split=False)
+    d = SuffixDrafter.switched(cut_at_split=False)(global_cache=True, min_global_match=1)
     for value in (20, 21, 22):
         d.remember([5, 6, 7, value, 8, 9])
     assert d.propose_one([1, 5, 6], 4, seq=1).tokens == [7, 22, 8, 9]
@@ -397,7 +398,7 @@ def test_a_varying_field_is_drafted_from_the_request_itself():
     assert suffix_draft(ctx, 3, docs=docs, min_global_match=1) == ([30, 1, 5], 1, False)
     assert d.propose_one([1, 5, 6], 3, seq=1).tokens == [7]  # fixed text: global (cut before the field)
     assert d.propose_one([2, 1, 5, 6, 7], 3, seq=2).tokens == [22, 8, 9]  # no own match: the latest value
-    off = SuffixDrafter(global_cache=True, min_global_match=1, local_at_split=False)
+    off = SuffixDrafter.switched(local_at_split=False)(global_cache=True, min_global_match=1)
     for doc in docs:
         off.remember(doc)
     assert off.propose_one(ctx, 3).tokens == [22, 8, 9]
@@ -426,7 +427,7 @@ def test_draft_counts_are_the_index_evidence_along_the_drafted_path(seed):
     rng = np.random.default_rng(seed)
     alphabet = 2 + seed % 3
     toks = _random_stream(rng, 40, alphabet)
-    d = SuffixDrafter(cut_at_split=False, max_walk=1 << 20, counts=True)  # uncapped walk: exact counts
+    d = SuffixDrafter.switched(cut_at_split=False, counts=True)(max_walk=1 << 20)  # uncapped walk: exact counts
     checked = 0
     for _ in range(30):
         got = d.propose_one(toks, 6)
@@ -443,7 +444,7 @@ def test_draft_counts_are_the_index_evidence_along_the_drafted_path(seed):
 
 def test_draft_counts_of_a_global_match_stop_at_a_document_end():
     docs = [[5, 6, 7]] + [[5, 6, 7, v, 8, 9] for v in (20, 21, 22)]
-    d = SuffixDrafter(global_cache=True, min_global_match=1, cut_at_split=False, counts=True)
+    d = SuffixDrafter.switched(cut_at_split=False, counts=True)(global_cache=True, min_global_match=1)
     for doc in docs:
         d.remember(doc)
     got = d.propose_one([1, 5, 6], 4, seq=1)

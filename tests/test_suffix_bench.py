@@ -1,4 +1,4 @@
-"""benchmarks/suffix.py: its configs (built by build_drafter), repeated runs treated alike for
+"""benchmarks/suffix.py: its configs (built by build_drafter, or variants of it), repeated runs treated alike for
 every side, and the sparse verify curve it replays."""
 
 import importlib
@@ -40,19 +40,20 @@ def runs(bench):  # noqa: ARG001
     return importlib.import_module("suffixlib.runs")  # specgen's side
 
 
-def test_suffix_settings_reach_the_suffix_index():
-    d = build_drafter(DrafterOptions("suffix", global_cache=True, suffix_choice="frequent", ngram_min=2,
-                                     suffix_settings=(("cut_at_split", False), ("min_global_match", 5),
-                                                      ("local_at_split", False), ("counts", True))))
+def test_suffix_variants_turn_the_switches_and_arguments_they_name(runs):
+    opts = DrafterOptions("suffix", global_cache=True, suffix_choice="frequent", ngram_min=2)
+    d = runs.suffix_variant(opts, cut_at_split=False, min_global_match=5, local_at_split=False, counts=True)
     assert isinstance(d, SuffixDrafter) and d.global_index is not None
     assert (d.choice, d.min_match, d.cut_at_split, d.min_global_match, d.local_at_split, d.counts) == (
         "frequent", 2, False, 5, False, True)
-    plain = build_drafter(DrafterOptions("suffix"))  # none given: SuffixDrafter's own defaults
-    assert (plain.cut_at_split, plain.counts, plain.local_at_split) == (True, False, True)
+    plain = build_drafter(DrafterOptions("suffix"))  # the product's: SuffixDrafter's own rules
+    assert type(plain) is SuffixDrafter and (plain.cut_at_split, plain.counts, plain.local_at_split) == (True, False, True)
+    assert type(runs.suffix_variant(opts)) is SuffixDrafter  # nothing turned: build_drafter's own
+    assert SuffixDrafter.cut_at_split and not SuffixDrafter.counts  # a variant turns its subclass, not the product's
     with pytest.raises(TypeError):
-        build_drafter(DrafterOptions("suffix", suffix_settings=(("nothing", 1),)))
-    with pytest.raises(ValueError):
-        DrafterOptions("lookup", suffix_settings=(("counts", True),))  # the suffix index's arguments only
+        runs.suffix_variant(opts, nothing=1)
+    with pytest.raises(TypeError):
+        SuffixDrafter.switched(global_cache=True)  # an argument, not a switch
 
 
 def test_every_config_is_built_by_build_drafter(runs):

@@ -13,6 +13,7 @@ from specgen.rules.sampling import SamplingParams
 from specgen.drafters.translated import (
     Stream, TranslatedDraftModel, continue_tokens, proposal_text, to_target, translatable, valid_utf8_prefix,
 )
+from dataclasses import replace
 
 WORDS_T = ["Hello", " world", " wor", "lo", "He", " the", " cat", " sat", " on", " mat", "ll", " ", "  ", "\n",
            "é", "日本", " 日", "ing", " sing", "abc"]
@@ -170,7 +171,7 @@ def engines(draft_text=CYCLE, n_ctx=512):
 
 
 def run(target, drafter, prompt, k, n=40, params=SamplingParams(), seq=0):
-    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, params=params, seq=seq)
+    gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, params=replace(params, ignore_eos=True), seq=seq)
     rounds = list(gen)
     return gen, rounds
 
@@ -196,7 +197,7 @@ def test_rejections_roll_back_both_caches():
     plain, _ = run(target, None, prompt, 0)
     target.kv.clear()
     drafter = TranslatedDraftModel(target, draft)
-    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=40, ignore_eos=True)
+    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=40, params=SamplingParams(ignore_eos=True))
     for r in gen:
         # the target's cache holds the accepted tokens but the unscored last one
         assert target.kv_tokens(0) == gen.context[:-1]
@@ -281,7 +282,7 @@ def test_prefill_reads_the_prompt_before_the_first_round():
     plain, _ = run(target, None, prompt, 0, n=24)
     target.kv.clear()
     drafter = TranslatedDraftModel(target, draft)
-    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=24, ignore_eos=True)
+    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=24, params=SamplingParams(ignore_eos=True))
     seen = record_proposals(drafter)
     it = iter(gen)
     next(it)  # round 1: the target's prompt and the draft's, before the first token
@@ -307,12 +308,12 @@ def test_lag_counts_what_the_drafts_cache_lost():
     target, draft = engines()
     prompt = target.tokenize(CYCLE + CYCLE + "Hello")
     drafter = TranslatedDraftModel(target, draft)
-    list(Generation(target, prompt, drafter, draft_max=4, max_tokens=8, ignore_eos=True))
+    list(Generation(target, prompt, drafter, draft_max=4, max_tokens=8, params=SamplingParams(ignore_eos=True)))
     assert drafter.lag(0, prompt) == 0  # the cache holds the prompt's text
     target.kv.clear()
     draft.kv.clear()
     assert drafter.lag(0, prompt) >= len(prompt)
-    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=8, ignore_eos=True)
+    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=8, params=SamplingParams(ignore_eos=True))
     next(iter(gen))
     read = drafter._streams[0].draft_context()
     assert gen.stats.draft_fed == len(read) > 8 and draft.kv_tokens(0) == read

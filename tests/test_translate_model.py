@@ -12,6 +12,7 @@ from specgen.engine.llama import Engine
 from specgen.rules.sampling import SamplingParams
 from specgen.drafters.translated import Stream, TranslatedDraftModel, continue_tokens, to_target, valid_utf8_prefix
 from test_model import PROMPTS, assert_equal_or_near_tie, plain_run
+from dataclasses import replace
 
 pytestmark = pytest.mark.model
 
@@ -24,7 +25,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def vocabs(gemma_path, smollm_path):
-    with Engine(gemma_path, vocab_only=True) as g, Engine(smollm_path, vocab_only=True) as s:
+    with Engine.vocab(gemma_path) as g, Engine.vocab(smollm_path) as s:
         yield g, s
 
 
@@ -78,7 +79,7 @@ def test_translated_greedy_equals_plain(target, smol, which):
     prompt = target.tokenize(PROMPTS[which])
     plain, top2 = plain_run(target, prompt, n=32)
     drafter = TranslatedDraftModel(target, smol)
-    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=32, ignore_eos=True)
+    gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=32, params=SamplingParams(ignore_eos=True))
     for _ in gen:
         pass
     assert_equal_or_near_tie(plain, top2, gen.tokens)
@@ -95,7 +96,7 @@ def test_sampled_translated_drafts_are_point_masses(target, smol):
     params = SamplingParams(temperature=0.7, seed=3)
     runs = []
     for _ in range(2):
-        gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=24, ignore_eos=True, params=params)
+        gen = Generation(target, prompt, drafter, draft_max=4, max_tokens=24, params=replace(params, ignore_eos=True))
         for _ in gen:
             pass
         runs.append(gen.tokens)

@@ -11,6 +11,7 @@ from specgen.drafters.automaton import SuffixAutomaton
 from specgen.drafters.suffix import SuffixDrafter, branch_tree
 from specgen.policy.trees import size_tree
 from specgen.rules.trees import DraftTree, accept_tree_greedy, accept_tree_sampled, chain
+from specgen.rules.sampling import SamplingParams
 
 VOCAB = 5
 DRAWS = 60_000
@@ -137,7 +138,7 @@ def test_branch_tree_from_the_suffix_index():
     assert tree.tokens[:3] == [7, 3, 5]  # the latest occurrence's continuation
     assert tree.tokens[3:] == [8, 2, 5] and tree.parents[3:] == [-1, 3, 4]
     assert tree.probs[0] == pytest.approx(2 / 3) and tree.probs[3] == pytest.approx(1 / 3)
-    d = SuffixDrafter(cut_at_split=False)
+    d = SuffixDrafter.switched(cut_at_split=False)()
     t2 = d.propose_tree(toks, 3, 2)
     assert (t2.tokens, t2.parents) == (tree.tokens, tree.parents)
     assert t2.tokens[:3] == d.propose_one(toks, 3).tokens  # branch 0 is the single-branch draft
@@ -223,8 +224,7 @@ def test_tree_greedy_equals_plain(unified):
     prompt = e.tokenize(PROMPTS[0] + "    return a + b\n\nprint(plus(1, 2))\n\nRename plus to add:\n\n")
     plain, top2 = plain_run(e, prompt, n=32)
     policy = CostAware(8, Costs([0.0] + [0.02] * 20))  # flat costs: trees get their width
-    gen = TreeGeneration(e, prompt, SuffixDrafter(), draft_max=8, max_tokens=32, ignore_eos=True,
-                         policy=policy, tree_width=3)
+    gen = TreeGeneration(e, prompt, SuffixDrafter(), draft_max=8, max_tokens=32, policy=policy, tree_width=3, params=SamplingParams(ignore_eos=True))
     for _ in gen:
         pass
     assert_equal_or_near_tie(plain, top2, gen.tokens)
@@ -244,8 +244,7 @@ def test_tree_sampled_runs_and_keeps_the_cache_consistent(unified):
 
     e = unified
     prompt = e.tokenize(PROMPTS[0])
-    gen = TreeGeneration(e, prompt, SuffixDrafter(), draft_max=8, max_tokens=24, ignore_eos=True,
-                         params=SamplingParams(temperature=0.8, seed=5),
+    gen = TreeGeneration(e, prompt, SuffixDrafter(), draft_max=8, max_tokens=24, params=SamplingParams(ignore_eos=True, temperature=0.8, seed=5),
                          policy=CostAware(8, Costs([0.0] + [0.02] * 20)), tree_width=3)
     for _ in gen:
         pass

@@ -2,7 +2,7 @@
 
 The real pairs: Gemma 3 270M against itself (compatible), against a tiny
 llama-architecture GGUF with its own SentencePiece vocabulary (written by
-tests/ggufs.py, loaded by llama.cpp with vocab_only=True), and against copies
+tests/ggufs.py, loaded by llama.cpp with vocab_only, Engine.vocab), and against copies
 of its own vocabulary with one thing changed.
 """
 
@@ -280,7 +280,7 @@ def engines():
     opened = []
 
     def open_(path):
-        e = Engine(path, vocab_only=True)
+        e = Engine.vocab(path)
         opened.append(e)
         return e
 

@@ -238,7 +238,7 @@ def test_open_draft_with_equal_fingerprints_opens_one_engine_and_compares_nothin
 
     monkeypatch.setattr(vocab, "_texts", no_token_by_token)
     monkeypatch.setattr(vocab, "_attrs", no_token_by_token)
-    with Engine(gemma_path, vocab_only=True) as target:
+    with Engine.vocab(gemma_path) as target:
         opened = open_draft(target, draft_path, n_ctx=256, n_threads=2)
         try:
             assert engines_built == [(draft_path, {"n_ctx": 256, "n_threads": 2})]  # once, with its weights
@@ -256,7 +256,7 @@ def test_open_draft_with_another_vocabulary_compares_on_the_drafting_engine(
     from specgen.engine.llama import Engine
     from specgen.session import open_draft
 
-    with Engine(gemma_path, vocab_only=True) as target:
+    with Engine.vocab(gemma_path) as target:
         opened = open_draft(target, smollm_path, n_ctx=256, n_threads=2)
         try:
             assert engines_built == [(smollm_path, {"n_ctx": 256, "n_threads": 2})]
@@ -275,7 +275,7 @@ def test_a_refused_draft_closes_its_engine(gemma_path, smollm_path, engines_buil
     monkeypatch.setattr(specgen.drafters.translated, "translation_problem", lambda t, d: "it cannot")
     closed = []
     monkeypatch.setattr(Engine, "close", lambda self, real=Engine.close: (closed.append(self.path), real(self)))
-    with Engine(gemma_path, vocab_only=True) as target:
+    with Engine.vocab(gemma_path) as target:
         with pytest.raises(SpecgenError, match=r"does not match the target's \(.+\) and it cannot draft by translation: it cannot$") as err:
             open_draft(target, smollm_path, n_ctx=256, n_threads=2)
         # closed by open_draft itself: the traceback `err` holds keeps the engine alive

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from replaylib.common import Clock, ReplayTarget, virtual_time
 from suffixlib.llama import same_counts
-from suffixlib.runs import sparse_curve
+from suffixlib.runs import sparse_curve, suffix_variant
 from workloads import agent_example_requests, agent_requests, bundled_requests
 
 from specgen.decode.generation import Generation
@@ -61,6 +61,7 @@ from specgen.engine.costs import cost_profile
 from specgen.engine.llama import Engine
 from specgen.policy.base import verify_cost
 from specgen.policy.cost import CostAware, Costs
+from specgen.rules.sampling import SamplingParams
 from specgen.session import make_policy
 
 
@@ -107,7 +108,7 @@ def replay(requests, drafter, k_max: int, curve, make_policy, hindsight: bool = 
             drafter.propose = propose
             tree = {"tree_width": tree_width} if tree_width else {}
             gen = (TreeGeneration if tree else Generation)(
-                target, prompt, drafter, draft_max=k_max, max_tokens=len(plain), ignore_eos=True,
+                target, prompt, drafter, draft_max=k_max, max_tokens=len(plain), params=SamplingParams(ignore_eos=True),
                 policy=None if hindsight else make_policy(), **tree)
             rounds = iter(gen)
             next(rounds)
@@ -223,8 +224,8 @@ def oracle_time(lengths: list[int], curve, k_max: int, round_s: float = 0.0) -> 
 def config_drafter(name: str):
     """`current`: SuffixDrafter with the global index as `benchmarks/suffix.py`'s
     suffix+global; `local`: without it; `lookup`: prompt lookup. Options after a colon:
-    SuffixDrafter's arguments (`cut_at_split=0`, `choice=frequent`: built by `build_drafter`,
-    `DrafterOptions.suffix_settings` carrying those without a field of their own), `shared=0` (a fresh policy per
+    SuffixDrafter's arguments and switches (`cut_at_split=0`, `choice=frequent`: built by
+    `suffixlib.runs.suffix_variant`), `shared=0` (a fresh policy per
     request, not the index's carried statistics), `hindsight=1` (each proposal cut to what
     plain's text accepts and drafted whole: the drafter under a perfect draft length), `sparse=1`
     (the policy priced by the verify curve as profiles did before every row count was
@@ -244,8 +245,7 @@ def config_drafter(name: str):
     named = {field: values.pop(arg) for arg, field in (("choice", "suffix_choice"), ("min_match", "ngram_min"))
              if arg in values}
     try:
-        d = build_drafter(DrafterOptions("suffix", global_cache=base == "current", **named,
-                                         suffix_settings=tuple(values.items())))
+        d = suffix_variant(DrafterOptions("suffix", global_cache=base == "current", **named), **values)
     except (TypeError, ValueError) as err:
         raise SystemExit(f"config {name}: {err}") from None
     if fresh:
@@ -307,8 +307,8 @@ def run(args) -> None:
     workloads = {"bundled": bundled_requests, "agent": agent_requests, "agent-example": agent_example_requests}
     dump = {}
     # with --costs the model only tokenizes the prompts
-    kw = {"vocab_only": True} if given else {"n_ctx": 512, "n_threads": meta["threads"]}
-    with Engine(Path(meta["model"]), **kw) as e:
+    path = Path(meta["model"])
+    with (Engine.vocab(path) if given else Engine(path, n_ctx=512, n_threads=meta["threads"])) as e:
         curve = given or cost_profile(e)["verify_s"]
         for w, results in merged.items():
             texts = dict(workloads[w]())

@@ -90,7 +90,7 @@ def record_translated(target, draft, prompt: list[int], n: int, params) -> dict:
     draft's stream of the text; for m >= 1 its DEPTH-token greedy continuation and
     the translation of its first k tokens for k = 1 … DEPTH."""
     target.truncate(0, 0)
-    gen = Generation(target, prompt, None, draft_max=0, max_tokens=n + DEPTH, params=params, ignore_eos=True)
+    gen = Generation(target, prompt, None, draft_max=0, max_tokens=n + DEPTH, params=replace(params, ignore_eos=True))
     for _ in gen:
         pass
     traj = list(gen.tokens)
@@ -275,7 +275,7 @@ def replay_translated(rec, prompt, n, config, costs, engines, pick_s, policy_see
                 raise SystemExit(f"unknown config {config}")
             policy = make_policy("cost", k, *engines, seed=policy_seed, build=cost_variant(cost_kw))
         policy.sampling(pick_s, draft_picks=False)  # the replay's loop is greedy on the recorded tokens
-        gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
+        gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, policy=policy, params=SamplingParams(ignore_eos=True))
         tops = iter(rec["top"])
         for r in gen:  # what a sampled run's rule tells the policy of each row it emitted from
             for _ in r.tokens:

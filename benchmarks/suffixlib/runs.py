@@ -1,5 +1,6 @@
-"""suffix.py's specgen side: its configs (drafters built by build_drafter, their cost
-policies), one timed run, and where a run parts from plain (a near-tie or a bug)."""
+"""suffix.py's specgen side: its configs (drafters built by build_drafter, or the
+experiments' variants of the suffix index, `suffix_variant`; their cost policies), one
+timed run, and where a run parts from plain (a near-tie or a bug)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,18 @@ from specgen.decode.generation import Generation
 from specgen.decode.tree import TreeGeneration
 from specgen.drafters.automaton import FREQUENT, LATEST
 from specgen.drafters.build import DrafterOptions, build_drafter
+from specgen.drafters.suffix import SuffixDrafter
 from specgen.engine.costs import cost_profile
 from specgen.policy.base import verify_cost
 from specgen.policy.cost import CostAware, Costs
 from specgen.session import make_policy
+from specgen.rules.sampling import SamplingParams
 
 
 # suffix+global:old -- as before draft cuts at varying fields and carried acceptance
 # statistics: no `cut_at_split`, a fresh policy per request (before and after, one run).
 # suffix+global:counts -- the cost policy reads the index's counts along each draft
-# (the SuffixDrafter argument `counts=True`, in `DrafterOptions.suffix_settings`; `policy.with_counts`)
+# (the SuffixDrafter switch `counts`, turned by `suffix_variant`; `policy.with_counts`)
 # suffix+global:sparse -- its cost policy priced by the verify curve as profiles
 # were before 2026-12-01: measured at SPARSE_ROWS only, interpolated, made
 # non-decreasing (`sparse_curve`; specgen.engine.costs.ROW_POINTS says why that was wrong)
@@ -63,9 +66,18 @@ def drafter_options(name: str) -> DrafterOptions | None:
     if name == "lookup":
         return DrafterOptions("lookup")
     return DrafterOptions("suffix", global_cache="+global" in name,
-                          suffix_choice=FREQUENT if name.endswith(":frequent") else LATEST,
-                          suffix_settings=(("cut_at_split", not name.endswith(":old")),
-                                           ("counts", name.endswith(":counts"))))
+                          suffix_choice=FREQUENT if name.endswith(":frequent") else LATEST)
+
+
+def suffix_variant(opts: DrafterOptions, **settings):
+    """The suffix index `opts` asks for, as build_drafter builds it, with the
+    experiments' switches (SuffixDrafter.SWITCHES) and further constructor
+    arguments (min_global_match, max_walk, ...) from `settings`."""
+    if not settings:
+        return build_drafter(opts)
+    switches = {k: bool(settings.pop(k)) for k in SuffixDrafter.SWITCHES if k in settings}
+    return SuffixDrafter.switched(**switches)(global_cache=opts.global_cache, choice=opts.suffix_choice,
+                                              min_match=opts.ngram_min, **settings)
 
 
 def make_drafter(name: str):
@@ -73,7 +85,8 @@ def make_drafter(name: str):
     opts = drafter_options(name)
     if opts is None:
         return None
-    d = build_drafter(opts)
+    variant = {"cut_at_split": False} if name.endswith(":old") else {"counts": True} if name.endswith(":counts") else {}
+    d = suffix_variant(opts, **variant) if opts.kind == "suffix" else build_drafter(opts)
     if name.endswith(":old"):
         d.policy_stats = None
     return d
@@ -83,10 +96,10 @@ def run_one(target, prompt, drafter, n, k_max, tree_width=1, name=""):
     k = k_max if drafter is not None else 0
     policy = make_cost_policy(name, k, target, shared=drafter.policy_stats) if k else None
     if tree_width > 1:
-        gen = TreeGeneration(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy,
-                             tree_width=tree_width)
+        gen = TreeGeneration(target, prompt, drafter, draft_max=k, max_tokens=n, policy=policy,
+                             tree_width=tree_width, params=SamplingParams(ignore_eos=True))
     else:
-        gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, ignore_eos=True, policy=policy)
+        gen = Generation(target, prompt, drafter, draft_max=k, max_tokens=n, policy=policy, params=SamplingParams(ignore_eos=True))
     rounds = iter(gen)
     next(rounds)  # the prefill round: decode speed counts what comes after it
     cpu0, c0 = _cpu_s(), _IN_LLAMA[0]
@@ -136,7 +149,7 @@ class TopRows:
 def plain_rows(target, prompt, n, plain):
     """Plain greedy again (one row per decode), with the top candidates of each row."""
     rec = TopRows(target)
-    gen = Generation(rec, prompt, None, draft_max=0, max_tokens=n, ignore_eos=True)
+    gen = Generation(rec, prompt, None, draft_max=0, max_tokens=n, params=SamplingParams(ignore_eos=True))
     for _ in gen:
         pass
     return gen.tokens, [rec.at[len(prompt) - 1 + i] for i in range(len(gen.tokens))]

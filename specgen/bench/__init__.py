@@ -8,7 +8,7 @@ records: record building, the record file, CSV · stats: every summary number.
 """
 
 from specgen.bench.configs import PLAIN, Config, parse_config, parse_configs
-from specgen.bench.models import Setup, open_bench
+from specgen.bench.setup import Setup, open_bench
 from specgen.bench.records import CSV_COLUMNS, RecordFile, csv_rows, first_difference, request_record, write_csv
 from specgen.bench.requests import Request, apply_chat_template, bundled_requests_text, load_requests, parse_requests
 from specgen.bench.runner import WARMUP_TOKENS, Prepared, Runner, Settings, Timing, run_order

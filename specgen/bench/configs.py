@@ -61,7 +61,7 @@ class Config:
         extra = [f"k={self.k}"] if self.k else []
         if self.kind == "lookup" and self.ngram_max != NGRAM_MAX:
             extra.append(f"ngram={self.ngram_max}")
-        if self.kind in ("lookup", "suffix") and self.ngram_min != 1:
+        if self.kind in _FREE and self.ngram_min != 1:
             extra.append(f"ngram_min={self.ngram_min}")
         if self.alongside_ngram_min is not None:
             extra.append(f"ngram_min={self.alongside_ngram_min}")
@@ -71,7 +71,7 @@ class Config:
             extra.append("global=on")
         if self.lookup is not None:
             extra.append(f"lookup={'on' if self.lookup else 'off'}")
-        head = self.kind if self.kind in ("lookup", "suffix") else f"pair={self.pair}" if self.kind == "pair" \
+        head = self.kind if self.kind in _FREE else f"pair={self.pair}" if self.kind == "pair" \
             else f"draft={self.draft}" if self.kind == "draft" else "heads" if self.heads == "auto" else f"heads={self.heads}"
         return head + (":" + ",".join(extra) if extra else "")
 
@@ -121,19 +121,9 @@ def parse_config(text: str) -> Config:
     s = text.strip()
     if s == "plain":
         raise SpecgenError("--config plain: plain decoding is always measured; --config names speculative configurations")
-    if s == "lookup" or s.startswith("lookup:"):
-        opts = _options(s[len("lookup:") :] if ":" in s else "", ("k", "ngram", "ngram_min", "policy"), text)
-        policy = opts.get("policy", "fixed")
-        cfg = Config("lookup", opts.get("k", default_k(Kind.LOOKUP, policy)), opts.get("ngram", NGRAM_MAX),
-                     opts.get("ngram_min", 1), policy=policy, k_given="k" in opts)
-        if not cfg.ngram_min <= cfg.ngram_max:
-            raise SpecgenError(f"--config {text}: need ngram_min <= ngram")
-        return cfg
-    if s == "suffix" or s.startswith("suffix:"):
-        opts = _options(s[len("suffix:") :] if ":" in s else "", ("k", "ngram_min", "policy", "global"), text)
-        policy = opts.get("policy", "fixed")
-        return Config("suffix", opts.get("k", default_k(Kind.SUFFIX, policy)), ngram_min=opts.get("ngram_min", 1),
-                      policy=policy, global_cache=opts.get("global") == "on", k_given="k" in opts)
+    for kind in (k for k in Kind if k.free):  # lookup, suffix: `NAME` or `NAME:options`
+        if s == kind.value or s.startswith(kind.value + ":"):
+            return _free_config(kind, s[len(kind.value) + 1 :], text)
     if s == "heads" or s.startswith(("heads:", "heads=")):
         ref, tail = _split_options(s[len("heads=") :]) if s.startswith("heads=") else ("auto", s[len("heads:") :])
         if not ref:
@@ -157,6 +147,21 @@ def parse_config(text: str) -> Config:
             return Config("pair", opts.get("k"), pair=ref, policy=policy, lookup=lookup,
                           alongside_ngram_min=opts.get("ngram_min"), k_given="k" in opts)
     raise SpecgenError(f"unknown --config '{text}' ({_CONFIG_USAGE})")
+
+
+_FREE = tuple(k.value for k in Kind if k.free)  # the configs named by their kind alone
+# The options a free kind's config takes (a kind not listed: k, ngram_min, policy)
+_FREE_OPTIONS = {Kind.LOOKUP: ("k", "ngram", "ngram_min", "policy"), Kind.SUFFIX: ("k", "ngram_min", "policy", "global")}
+
+
+def _free_config(kind: Kind, tail: str, text: str) -> Config:
+    opts = _options(tail, _FREE_OPTIONS.get(kind, ("k", "ngram_min", "policy")), text)
+    policy = opts.get("policy", "fixed")
+    cfg = Config(kind.value, opts.get("k", default_k(kind, policy)), opts.get("ngram", NGRAM_MAX),
+                 opts.get("ngram_min", 1), policy=policy, global_cache=opts.get("global") == "on", k_given="k" in opts)
+    if not cfg.ngram_min <= cfg.ngram_max:
+        raise SpecgenError(f"--config {text}: need ngram_min <= ngram")
+    return cfg
 
 
 def _alongside_options(tail: str, text: str) -> dict:

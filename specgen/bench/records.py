@@ -4,7 +4,7 @@ Every record dict the bench writes is built here: a run ("runs" of a request
 record), a request (its runs, greedy equality, per-config speedup), a serve
 batch of the concurrency sweep. The record file is JSONL: a meta line, then
 one line per finished request (or serve batch; `--endpoint` writes the same two
-kinds from specgen.bench.http's measurements), flushed and fsynced, so Ctrl-C
+kinds from specgen.bench.endpoint.measure's measurements), flushed and fsynced, so Ctrl-C
 or a crash loses only the request in flight; `resume` skips the ids already
 recorded.
 """

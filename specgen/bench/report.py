@@ -161,7 +161,7 @@ def _speculation_warnings(meta: dict, records: Sequence[dict]) -> list[str]:
     bench's endpoints named as speculative, as the page's first section; none otherwise."""
     if meta.get("mode") != "http":
         return []
-    from specgen.bench.http import Endpoint
+    from specgen.bench.endpoint.measure import Endpoint
     from specgen.bench.records import speculation_check, speculation_lines
 
     eps = []

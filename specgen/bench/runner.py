@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from specgen.bench.configs import Config
-from specgen.bench.models import Setup
+from specgen.bench.setup import Setup
 from specgen.bench.records import request_record, run_record
 from specgen.bench.requests import Request, request_tokens
 from specgen.decode.generation import Generation
@@ -131,7 +131,7 @@ class Runner:
                 )
             temp = s.temperature if r.temperature is None else r.temperature
             seed = s.seed if r.seed is None else r.seed
-            params = SamplingParams(temp, s.top_k, s.top_p, s.min_p, seed)
+            params = SamplingParams(temp, s.top_k, s.top_p, s.min_p, seed, s.ignore_eos)
             out.append(Prepared(r, i, tokens, max_tokens, params))
         self.timing.prepare_s += time.perf_counter() - t0
         return out
@@ -161,7 +161,7 @@ class Runner:
             draft_engine.truncate(0, 0)
         gen = Generation(
             target, p.tokens, drafter, draft_max=config.round_k, max_tokens=max_tokens or p.max_tokens,
-            params=p.params, ignore_eos=self.settings.ignore_eos,
+            params=p.params,
             # a global suffix index carries its acceptance statistics across the requests it serves
             policy=setup.session.new_policy(config.round_k, config.policy, draft_engine=draft_engine,
                                             heads_step_s=setup.heads_step_s.get(config.name), heads=setup.heads.get(config.name),

@@ -13,12 +13,12 @@ import time
 from typing import Callable, Sequence
 
 from specgen.bench.configs import Config
-from specgen.bench.models import Setup
+from specgen.bench.setup import Setup
 from specgen.bench.records import serve_record
 from specgen.bench.runner import WARMUP_TOKENS, Prepared, Settings, Timing, run_order
 from specgen.errors import SpecgenError
 from specgen.session import make_gate
-from specgen.serve.scheduler import MAX_SLOTS, Job, Server, max_concurrency, need_tokens
+from specgen.serve.scheduler import MAX_SLOTS, Job, SchedulerSettings, Server, max_concurrency, need_tokens
 
 
 
@@ -83,8 +83,8 @@ class SweepRunner:
 
         new_policy()  # costs are read (or probed) now, before serving: timing passes uses sequence 0
         return Server(setup.target, level, draft_max=k, drafter=drafter, new_policy=new_policy,
-                      ignore_eos=self.settings.ignore_eos, gate=make_gate(config.policy),
-                      prompt_cache=False)  # every request prefills from an empty slot, as a sequential run does
+                      gate=make_gate(config.policy),
+                      settings=SchedulerSettings(prompt_cache=False))  # every request prefills from an empty slot, as a sequential run does
 
     def serve_once(self, prepared: Sequence[Prepared], config: Config, level: int, max_tokens: int | None = None) -> dict:
         """The whole set at one level in one configuration; its "serve" record."""

@@ -22,7 +22,7 @@ import typer
 from typing_extensions import Annotated
 
 from specgen import __version__, notes
-from specgen.cli import bench, chat, heads, local, run, serve, tune
+from specgen.cli import bench, chat, heads, models, rewrite, run, serve, tune
 from specgen.cli.render import hang_up, note
 from specgen.errors import SpecgenError
 
@@ -34,16 +34,16 @@ app = typer.Typer(
     help="Speculative generation on GGUF models through llama.cpp, measured honestly.",
 )
 app.command("run")(run.run)
-app.command("check")(run.check)
-app.command("models")(run.models)
-app.command("pull")(run.pull)
-app.command("pair")(local.pair)
+app.command("check")(models.check)
+app.command("models")(models.models)
+app.command("pull")(models.pull)
+app.command("pair")(models.pair)
 app.command("bench")(bench.bench)
 app.command("report")(bench.report)
 app.command("serve")(serve.serve)
 app.command("tune")(tune.tune)
 app.command("chat")(chat.chat)
-app.command("rewrite")(chat.rewrite)
+app.command("rewrite")(rewrite.rewrite)
 app.add_typer(heads.app, name="heads")
 
 

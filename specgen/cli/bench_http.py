@@ -1,6 +1,6 @@
 """`specgen bench --endpoint`: the bench against OpenAI-compatible servers over HTTP.
 
-specgen.bench.http / load hold the logic, render / render_http the
+specgen.bench.endpoint.measure / load hold the logic, render / render_http the
 printing. stderr: the endpoints, progress, the tables; stdout: nothing, or
 the summary as one JSON object with --json.
 """
@@ -24,8 +24,8 @@ def http_bench(requests: Path | None, *, endpoint, endpoint_model, endpoint_key_
                concurrency: str | None, rate: str | None, count, duration, timeout, max_tokens, repeats, ignore_eos,
                temp, seed, warmup, limit, out, resume, csv_out, json_out, report) -> None:
     from specgen import __version__, bench as B
-    from specgen.bench.http import Sampling, parse_endpoints
-    from specgen.bench.load import HttpBench, LoadSettings, parse_levels, run
+    from specgen.bench.endpoint.measure import Sampling, parse_endpoints
+    from specgen.bench.endpoint.load import HttpBench, LoadSettings, parse_levels, run
     from specgen.bench.records import speculation_check
     from specgen.cli.bench_out import MemorySink, check_writable, write_report
 

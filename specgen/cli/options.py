@@ -139,11 +139,12 @@ def model_options(values: dict):
 
 
 def sampling(values: dict):
-    """SamplingParams of the sampling options, not yet checked (the command validates it where it always did)."""
+    """SamplingParams of the sampling options (and --ignore-eos where the command takes it),
+    not yet checked (the command validates it where it always did)."""
     from specgen.rules.sampling import SamplingParams
 
     return SamplingParams(temperature=values["temp"], top_k=values["top_k"], top_p=values["top_p"],
-                          min_p=values["min_p"], seed=values["seed"])
+                          min_p=values["min_p"], seed=values["seed"], ignore_eos=bool(values.get("ignore_eos", False)))
 
 
 def takes(*order: str, **retell: Told):

@@ -1,8 +1,7 @@
-"""`specgen run`, `check`, `models` and `pull`: one completion, and the models around it."""
+"""`specgen run`: one completion (a prompt, a file or stdin), streamed or as one JSON object."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing_extensions import Annotated
 
 import specgen.cli.render as render
 from specgen.cli.options import (
-    MACHINE, MODEL, NGRAM, POLICY, SAMPLING, JsonOpt, Told, check_max_tokens, read_prompt, takes,
+    MACHINE, MODEL, NGRAM, POLICY, SAMPLING, Told, check_max_tokens, read_prompt, takes,
 )
 from specgen.errors import SpecgenError
 
@@ -92,65 +91,3 @@ def run(
         render.hang_up()
     finally:
         loaded.close()
-
-
-def check(
-    target: Annotated[str, typer.Argument(help="Target model (path, models.toml name or hf: reference).")],
-    draft: Annotated[str, typer.Argument(help="Draft model.")],
-    json_out: JsonOpt = False,
-) -> None:
-    """Tokenizer compatibility report: exit 0 if the pair shares a vocabulary (1 otherwise,
-    also when the draft is usable by translating its drafts through text)."""
-    from specgen.models import registry
-    from specgen.models.catalog import load_catalog
-    from specgen.engine.llama import Engine
-    from specgen.drafters.translated import translation_problem
-    from specgen.models.vocab import compare
-
-    catalog = load_catalog()
-    tp = registry.resolve_model(target, catalog)
-    dp = registry.resolve_model(draft, catalog)
-    with Engine(tp, vocab_only=True) as te, Engine(dp, vocab_only=True) as de:
-        report = compare(te, de)
-        why_not = translation_problem(te, de) if not report.compatible else ""
-    if json_out:
-        obj = {**report.to_dict(), "translatable": report.compatible or not why_not}
-        if why_not:
-            obj["translation_problem"] = why_not
-        sys.stdout.write(json.dumps(obj) + "\n")
-    else:
-        render.print_check(report, why_not)
-    if not report.compatible:
-        raise typer.Exit(1)
-
-
-def models(
-    local: Annotated[bool, typer.Option("--local", help="List the GGUF files already on this machine instead: the Hugging Face cache, Ollama's store, LM Studio's folder and $SPECGEN_MODEL_DIRS (header reads only).")] = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="With --local: also the files left out (split, not GGUF, broken), each with its reason.")] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """List models.toml entries and whether each is present locally (--local: the GGUF files on this machine)."""
-    if local:
-        from specgen.cli.local import list_local
-
-        return list_local(json_out, verbose)
-    from specgen.models import registry
-    from specgen.models.catalog import DEFAULT_MODEL, load_catalog
-
-    catalog = load_catalog()
-    rows = []
-    for name, e in catalog.models.items():
-        where = e.path or (f"{e.repo}/{e.file}" if e.repo else f"pypi:{e.package}")
-        rows.append({"name": name, "source": where, "present": registry.is_present(e), "default": name == DEFAULT_MODEL})
-    if json_out:
-        sys.stdout.write(json.dumps({"models": rows, "pairs": {n: {"target": p.target, "draft": p.draft, "draft_max": p.draft_max} for n, p in catalog.pairs.items()}}) + "\n")
-        return
-    render.print_models(rows, catalog.pairs)
-
-
-def pull(name: Annotated[str, typer.Argument(help="A models.toml model or pair name, or hf:OWNER/REPO/FILE.gguf.")]) -> None:
-    """Download a model (or both models of a pair) into the shared cache."""
-    from specgen.models import registry
-
-    path = registry.pull(name)
-    sys.stdout.write(f"{path}\n")

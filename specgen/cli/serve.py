@@ -68,7 +68,7 @@ def serve(
     sock = listen(host, port)  # before loading: a taken port fails at once
     serving = engine = None
     try:
-        serving = open_serving(opts, parallel, ignore_eos=ignore_eos, prompt_cache=prompt_cache,
+        serving = open_serving(opts, parallel, prompt_cache=prompt_cache,
                                cache_ram_mib=cache_ram)
         render.note_translated(serving.session.translated)
         try:

@@ -45,6 +45,7 @@ def tune(
     from specgen.bench.requests import load_requests
     from specgen.engine.costs import cost_profile
     from specgen.decode.generation import Generation
+    from specgen.rules.sampling import SamplingParams
     from specgen.errors import SpecgenError
     from specgen.session import open_session
 
@@ -66,7 +67,8 @@ def tune(
         accepted = [0] * k_max
         for req in picked:
             prompt = loaded.target.tokenize(req.prompt)
-            gen = Generation(loaded.target, prompt, loaded.drafter, draft_max=k_max, max_tokens=max_tokens, ignore_eos=True)
+            gen = Generation(loaded.target, prompt, loaded.drafter, draft_max=k_max, max_tokens=max_tokens,
+                             params=SamplingParams(ignore_eos=True))
             for r in gen:
                 for i in range(min(r.accepted + 1, r.drafted)):
                     reached[i] += 1

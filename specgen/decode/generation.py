@@ -74,10 +74,8 @@ class Generation:
         draft_max: int = 8,
         max_tokens: int = 256,
         params: SamplingParams = SamplingParams(),
-        ignore_eos: bool = False,
         seq: int = 0,
         policy=None,
-        on_prefill: Callable[[int, int], None] | None = None,
     ) -> None:
         if not prompt:
             raise SpecgenError("empty prompt")
@@ -93,10 +91,11 @@ class Generation:
         self.draft_max = draft_max if drafter is not None else 0
         self.max_tokens = max_tokens
         self.params = params
-        self.ignore_eos = ignore_eos
         self.seq = seq
         self.policy = policy or FixedK()
-        self.on_prefill = on_prefill  # told (tokens read, prompt tokens) while a long prompt is read
+        # told (tokens read, prompt tokens) while a long prompt is read: set it before
+        # iterating (Session.generate(on_prefill=...) does)
+        self.on_prefill: Callable[[int, int], None] | None = None
         if self.drafter is not None and not params.greedy:
             from specgen.engine.costs import pick_cost
 
@@ -121,7 +120,7 @@ class Generation:
         return sample(support(row, self.params), self.rng)
 
     def _stop_after(self, tok: int) -> str:
-        if not self.ignore_eos and self.target.is_eog(tok):
+        if not self.params.ignore_eos and self.target.is_eog(tok):
             return "eos"
         if len(self.tokens) >= self.max_tokens:
             return "max_tokens"

@@ -40,8 +40,7 @@ def build_drafter(opts: DrafterOptions, target=None, draft: OpenedDraft | None =
     if opts.kind is Kind.LOOKUP:
         return PromptLookup(opts.ngram_max, opts.ngram_min)
     if opts.kind is Kind.SUFFIX:
-        return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.ngram_min,
-                             **dict(opts.suffix_settings))
+        return SuffixDrafter(global_cache=opts.global_cache, choice=opts.suffix_choice, min_match=opts.ngram_min)
     if opts.kind is Kind.HEADS:
         if heads is None or target is None:
             raise ValueError("a heads drafter needs the target and the loaded heads")

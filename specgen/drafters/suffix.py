@@ -103,11 +103,17 @@ class SuffixDrafter(PerSequence):
 
     name = "suffix"
     trees = True
+    # The rules its experiments compared, kept switchable for the benchmarks' variants
+    # (`SuffixDrafter.switched(...)`: a subclass that turns them):
+    cut_at_split = True  # end a draft before a varying field (`split_depth`)
+    local_at_split = True  # a varying field's value from this request (`global_drafts`)
+    # give the policy the index's counts along each draft (`path_counts`). Off: replayed,
+    # they did not choose better lengths (docs/notes/2026-11-drafting-and-policy.md)
+    counts = False
 
     def __init__(self, *, global_cache: bool = False, choice: str = LATEST, min_match: int = 1,
                  min_global_match: int = MIN_GLOBAL_MATCH, max_global_tokens: int = 1 << 16,
-                 max_walk: int = 64, cut_at_split: bool = True, counts: bool = False,
-                 local_at_split: bool = True) -> None:
+                 max_walk: int = 64) -> None:
         if choice not in CHOICES:
             raise ValueError(f"unknown continuation choice '{choice}' (choose {', '.join(CHOICES)})")
         if min_match < 1:
@@ -116,11 +122,6 @@ class SuffixDrafter(PerSequence):
         self.min_match = min_match
         self.min_global_match = max(min_global_match, min_match)
         self.max_walk = max_walk
-        self.cut_at_split = cut_at_split  # end a draft before a varying field (`split_depth`)
-        self.local_at_split = local_at_split  # a varying field's value from this request (`global_drafts`)
-        # give the policy the index's counts along each draft (`path_counts`). Off: replayed,
-        # they did not choose better lengths (docs/notes/2026-11-drafting-and-policy.md)
-        self.counts = counts
         self.global_index = GlobalIndex(max_global_tokens, max_walk) if global_cache else None
         # With the global index, the process also remembers what its drafts were worth:
         # one cost policy's acceptance statistics by Draft.key, shared by the requests that
@@ -129,6 +130,17 @@ class SuffixDrafter(PerSequence):
         # acceptance every request (docs/notes/2026-11-drafting-and-policy.md).
         self.policy_stats: dict | None = {} if global_cache else None
         self._seqs: dict[int, _Local] = {}
+
+    SWITCHES = ("cut_at_split", "local_at_split", "counts")
+
+    @classmethod
+    def switched(cls, **switches: bool) -> type["SuffixDrafter"]:
+        """A subclass with some of the experiments' rules (SWITCHES) turned: the
+        benchmarks' and tests' variants, apart from the product's constructor."""
+        unknown = set(switches) - set(cls.SWITCHES)
+        if unknown:
+            raise TypeError(f"not a SuffixDrafter switch: {', '.join(sorted(unknown))} (choose {', '.join(cls.SWITCHES)})")
+        return type(cls.__name__, (cls,), dict(switches))
 
     def _fresh(self) -> _Local:
         g = self.global_index

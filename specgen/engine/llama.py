@@ -122,25 +122,9 @@ class Engine:
         n_batch: int = 512,
         n_seq_max: int = 1,
         kv_unified: bool = False,
-        vocab_only: bool = False,
         hidden: bool = False,
     ) -> None:
-        _init_backend()
-        self.path = Path(path)
-        self._model = self._ctx = self._batch = None
-        mparams = llama.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
-        mparams.vocab_only = vocab_only
-        self._model = llama.llama_model_load_from_file(str(self.path).encode(), mparams)
-        if not self._model:
-            raise SpecgenError(f"llama.cpp could not load {self.path} (unsupported architecture or corrupt file)")
-        self._vocab = llama.llama_model_get_vocab(self._model)
-        self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
-        self.n_embd = llama.llama_model_n_embd(self._model)
-        self.hidden = hidden
-        self._eog: dict[int, bool] = {}
-        if vocab_only:
-            return
+        self._load(path, n_gpu_layers, vocab_only=False, hidden=hidden)
         threads = n_threads or os.cpu_count() or 1
         cparams = llama.llama_context_default_params()
         cparams.n_ctx = n_ctx
@@ -181,6 +165,30 @@ class Engine:
         # last decode with outputs (copies), while those positions stay cached
         self._hid: list[tuple[int, np.ndarray] | None] = [None] * n_seq_max
         self._embd_on = hidden  # llama.cpp's embeddings flag (decode_batch turns it per decode)
+
+    @classmethod
+    def vocab(cls, path: str | Path) -> "Engine":
+        """The model's vocabulary alone, without its weights or a context: tokenizing,
+        pieces and the vocabulary checks, for the cost of reading its header."""
+        self = cls.__new__(cls)
+        self._load(path, 0, vocab_only=True, hidden=False)
+        return self
+
+    def _load(self, path: str | Path, n_gpu_layers: int, *, vocab_only: bool, hidden: bool) -> None:
+        _init_backend()
+        self.path = Path(path)
+        self._model = self._ctx = self._batch = None
+        mparams = llama.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        mparams.vocab_only = vocab_only
+        self._model = llama.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise SpecgenError(f"llama.cpp could not load {self.path} (unsupported architecture or corrupt file)")
+        self._vocab = llama.llama_model_get_vocab(self._model)
+        self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
+        self.n_embd = llama.llama_model_n_embd(self._model)
+        self.hidden = hidden
+        self._eog: dict[int, bool] = {}
 
     # -- vocabulary -------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:

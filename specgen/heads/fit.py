@@ -237,6 +237,26 @@ def held_rows(train: Samples, held: Samples, share: float = 0.2) -> tuple[Sample
     return train.take(np.arange(cut)), train.take(np.arange(cut, len(train)))
 
 
+class _Notes:
+    """Progress reports to `report`, at most one each half second."""
+
+    def __init__(self, report: Callable[[Progress], None] | None, clock: Callable[[], float], t0: float,
+                 budget: float) -> None:
+        self.report, self.clock, self.t0, self.budget = report or (lambda p: None), clock, t0, budget
+        self.last = 0.0
+
+    def due(self) -> float | None:
+        """The time now if a report is due (it counts as sent), else None."""
+        now = self.clock()
+        if now - self.last <= 0.5:
+            return None
+        self.last = now
+        return now
+
+    def send(self, stage: str, now: float, *figures) -> None:
+        self.report(Progress(stage, now - self.t0, self.budget, *figures))
+
+
 def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (), out: Path | None = None,
                 resume: bool = False, on_progress: Callable[[Progress], None] | None = None,
                 clock: Callable[[], float] = time.monotonic) -> Summary:
@@ -255,34 +275,12 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
     prompts, groups = split_prompts(engine, seeds, opts, rng)
     corpus = forced_corpus(texts, seeds) if opts.text_share > 0 else []
     groups = groups + sorted({g for g, _ in corpus} - set(groups))
-    report = on_progress or (lambda p: None)
-    last_note = [0.0]
-
-    def data_step(made: int) -> None:
-        now = clock()
-        if now - last_note[0] > 0.5:
-            last_note[0] = now
-            report(Progress("data", now - t0, budget, made))
+    notes = _Notes(on_progress, clock, t0, budget)
 
     t_data = clock()
-    data_end = t0 + budget * opts.data_share
-    forced, n_forced = None, 0
-    if corpus:
-        chunks = text_chunks(engine, [(groups.index(g), t) for g, t in corpus], opts.text_tokens,
-                             text_prefix(engine), rng)
-        cap = None if opts.max_examples is None else int(opts.max_examples * opts.text_share)
-        forced = collect_text(engine, chunks, groups, opts.n_heads, picked_only=opts.kind == "medusa",
-                              max_examples=cap, on_step=data_step,
-                              deadline=t_data + (data_end - t_data) * opts.text_share)
-        n_forced = len(forced)
-    rest = None if opts.max_examples is None else max(opts.max_examples - n_forced, 1)
-    train, held = collect(engine, prompts, groups, opts.n_heads, gen_tokens=opts.gen_tokens,
-                          deadline=data_end, rng=rng, kick=opts.kick, max_examples=rest,
-                          on_step=lambda made: data_step(n_forced + made))
-    if n_forced:
-        train = _join(forced, train)
-    data_s = max(clock() - t_data, 1e-9)
-    tokens_per_min = (len(train) + len(held)) / data_s * 60.0
+    train, held, n_forced = _gather(engine, opts, prompts, groups, corpus, rng, notes,
+                                    start=t_data, end=t0 + budget * opts.data_share)
+    tokens_per_min = (len(train) + len(held)) / max(clock() - t_data, 1e-9) * 60.0
     store = out.with_name(out.stem + ".data.npz")
     earlier = load_samples(store, identity, opts.n_heads, groups) if old is not None else None
     if earlier is not None:  # resume: the data of earlier runs too
@@ -291,41 +289,12 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
     train, held = held_rows(train, held)
     if len(train) < 2:
         raise SpecgenError(f"too little training data ({len(train)} examples): raise --minutes")
-    timing = None
-    if old is None:
-        lab = train.tokens[:, 1:]
-        size, pass_s, round_s = vocab_for_time(engine, opts, len(np.unique(lab[lab >= 0])))
-        timing = {"target_pass_ms": round(1000 * pass_s, 4), "heads_round_ms": round(1000 * round_s, 4),
-                  "round_share": opts.round_share}
-        ids, _ = choose_vocab(lab, size)
-        h_rms = float(np.sqrt(np.mean(train.hidden.astype(np.float64) ** 2)))
-        heads = init_heads(opts.kind, opts.n_heads, ids, output_rows(model_path, ids), engine.n_vocab,
-                           identity, opts.width, h_rms, seed=opts.seed)
-    else:
-        heads, h_rms = old, float(old.info.get("h_rms", 1.0))
+    heads, h_rms, timing = _start_heads(engine, model_path, opts, identity, train, old)
     covered = _covered(heads, train)
     trainer = Trainer(heads, h_rms, lr=opts.lr, weight_decay=opts.weight_decay)
-    checks = held.take(rng.permutation(len(held))[: opts.check_rows]) if len(held) else None
-    best = _Best(trainer, checks)
-    steps, interrupted, recent = 0, False, []
+    best = _Best(trainer, held.take(rng.permutation(len(held))[: opts.check_rows]) if len(held) else None)
     t_train = clock()
-    try:
-        for rows in batches(len(train), min(opts.batch, len(train)), rng):
-            if clock() >= t0 + budget or (opts.max_steps is not None and steps >= opts.max_steps):
-                break
-            loss, top1 = trainer.step(train.hidden[rows], train.tokens[rows])
-            steps += 1
-            if steps % opts.check_every == 0:
-                best.check(steps)
-            recent = (recent + [(loss, top1)])[-20:]
-            now = clock()
-            if now - last_note[0] > 0.5:
-                last_note[0] = now
-                report(Progress("train", now - t0, budget, len(train), steps, *_recent(recent)))
-    except KeyboardInterrupt:
-        interrupted = True
-    best.check(steps)
-    best.keep()
+    steps, interrupted = _fit(trainer, best, train, opts, rng, notes, deadline=t0 + budget)
     train_s = max(clock() - t_train, 1e-9)
     result = evaluate(trainer, held) if len(held) else {"top1": [], "per_group": {}, "examples": 0}
     prev = old.info if old else {}
@@ -342,6 +311,73 @@ def train_heads(engine, model_path, opts: TrainOptions, *, texts: Sequence = (),
                    len(held), steps, round(clock() - t0, 2), round(steps * min(opts.batch, len(train)) / train_s, 1),
                    round(tokens_per_min, 1), result, interrupted, old is not None,
                    text_examples=int(info["text_examples"]), timing=info["timing"])
+
+
+def _gather(engine, opts: TrainOptions, prompts, groups, corpus, rng, notes: _Notes, *, start: float, end: float):
+    """The examples of this run: teacher-forced text first (its share of the data
+    time), then the target's own continuations until `end`. Returns (train, held,
+    the teacher-forced count)."""
+    def data_step(made: int) -> None:
+        now = notes.due()
+        if now is not None:
+            notes.send("data", now, made)
+
+    forced, n_forced = None, 0
+    if corpus:
+        chunks = text_chunks(engine, [(groups.index(g), t) for g, t in corpus], opts.text_tokens,
+                             text_prefix(engine), rng)
+        cap = None if opts.max_examples is None else int(opts.max_examples * opts.text_share)
+        forced = collect_text(engine, chunks, groups, opts.n_heads, picked_only=opts.kind == "medusa",
+                              max_examples=cap, on_step=data_step,
+                              deadline=start + (end - start) * opts.text_share)
+        n_forced = len(forced)
+    rest = None if opts.max_examples is None else max(opts.max_examples - n_forced, 1)
+    train, held = collect(engine, prompts, groups, opts.n_heads, gen_tokens=opts.gen_tokens,
+                          deadline=end, rng=rng, kick=opts.kick, max_examples=rest,
+                          on_step=lambda made: data_step(n_forced + made))
+    if n_forced:
+        train = _join(forced, train)
+    return train, held, n_forced
+
+
+def _start_heads(engine, model_path, opts: TrainOptions, identity, train, old):
+    """Fresh heads over the vocabulary the time budget allows (and that budget's
+    timing), or the resumed ones. Returns (heads, hidden RMS, timing or None)."""
+    if old is not None:
+        return old, float(old.info.get("h_rms", 1.0)), None
+    lab = train.tokens[:, 1:]
+    size, pass_s, round_s = vocab_for_time(engine, opts, len(np.unique(lab[lab >= 0])))
+    timing = {"target_pass_ms": round(1000 * pass_s, 4), "heads_round_ms": round(1000 * round_s, 4),
+              "round_share": opts.round_share}
+    ids, _ = choose_vocab(lab, size)
+    h_rms = float(np.sqrt(np.mean(train.hidden.astype(np.float64) ** 2)))
+    heads = init_heads(opts.kind, opts.n_heads, ids, output_rows(model_path, ids), engine.n_vocab,
+                       identity, opts.width, h_rms, seed=opts.seed)
+    return heads, h_rms, timing
+
+
+def _fit(trainer, best, train, opts: TrainOptions, rng, notes: _Notes, *, deadline: float) -> tuple[int, bool]:
+    """Minibatch steps until `deadline` (or max_steps, or Ctrl-C), checking the
+    held-out rows every check_every steps; the best state is kept. Returns
+    (steps, interrupted)."""
+    steps, interrupted, recent = 0, False, []
+    try:
+        for rows in batches(len(train), min(opts.batch, len(train)), rng):
+            if notes.clock() >= deadline or (opts.max_steps is not None and steps >= opts.max_steps):
+                break
+            loss, top1 = trainer.step(train.hidden[rows], train.tokens[rows])
+            steps += 1
+            if steps % opts.check_every == 0:
+                best.check(steps)
+            recent = (recent + [(loss, top1)])[-20:]
+            now = notes.due()
+            if now is not None:
+                notes.send("train", now, len(train), steps, *_recent(recent))
+    except KeyboardInterrupt:
+        interrupted = True
+    best.check(steps)
+    best.keep()
+    return steps, interrupted
 
 
 class _Best:

@@ -2,7 +2,7 @@
 
 Pure bookkeeping over specgen.models.local's listing: the checks that need a
 model's vocabulary or the machine's costs are handed in (`check`, `predict`:
-specgen.drafters.pairing supplies them), so this stays below the engine.
+specgen.drafters.candidates supplies them), so this stays below the engine.
 
 A draft must be the target's equal in vocabulary (equal fingerprints, or the
 detailed check passes: vocabularies that differ only by padding), or usable by

@@ -28,6 +28,10 @@ class SamplingParams:
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int | None = None
+    # Go on past an end-of-generation token to max_tokens (fixed-length comparisons):
+    # a request's setting, kept with its sampling as vLLM's SamplingParams and
+    # llama.cpp's common_params_sampling keep it.
+    ignore_eos: bool = False
 
     @property
     def greedy(self) -> bool:

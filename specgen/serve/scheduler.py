@@ -30,7 +30,7 @@ mixed batch in one ubatch (llama.cpp's split cache cuts it into equal-length
 pieces) and makes n_ctx one pool, which admission accounts for: a request is
 admitted only when its worst-case cache size fits beside the others'.
 
-Prompt cache (on unless `prompt_cache=False`): a finished request's cache
+Prompt cache (on unless `SchedulerSettings(prompt_cache=False)`): a finished request's cache
 stays in its slot. A new request takes the free slot whose cached tokens
 share the longest prefix with its prompt (as llama-server picks slots by
 similarity; a match under a tenth of the prompt takes the least recently used
@@ -96,6 +96,10 @@ class SchedulerSettings:
     prefill_drafts: bool = True
     # llama-server's --slot-prompt-similarity: a smaller match takes the least recently used slot
     slot_similarity: float = 0.1
+    # Keep a finished request's cache in its slot (and states saved from slots in the
+    # store) for later prompts that share its prefix; False: every request prefills
+    # from an empty slot, as a sequential run does (`--no-prompt-cache`)
+    prompt_cache: bool = True
 
 
 @dataclass
@@ -203,9 +207,7 @@ class Server:
         draft_max: int = 0,
         drafter=None,
         new_policy: Callable[[], object] | None = None,
-        ignore_eos: bool = False,
         gate=None,
-        prompt_cache: bool = True,
         store=None,
         settings: SchedulerSettings = SchedulerSettings(),
     ) -> None:
@@ -225,10 +227,9 @@ class Server:
         self.draft_max = draft_max if drafter is not None else 0
         self.drafter = drafter if self.draft_max else None
         self.new_policy = new_policy or FixedK
-        self.ignore_eos = ignore_eos
         self.gate = gate if self.drafter is not None else None  # a StepGate: do shared steps draft at all?
-        self.prompt_cache = prompt_cache
-        self.store = store if prompt_cache else None  # a PromptStore for states saved from slots
+        self.prompt_cache = settings.prompt_cache
+        self.store = store if settings.prompt_cache else None  # a PromptStore for states saved from slots
         self.cached_tokens = 0  # prompt tokens admissions found cached, all requests
         self.steps = 0  # decode_batch calls on the target
         self.step_log: list[tuple[int, int, int]] = []  # (sequences, verify rows, prefill rows) per step
@@ -459,7 +460,7 @@ class Server:
         k = self.draft_max if job.draft_max is None else max(0, min(job.draft_max, self.draft_max))
         gen = Generation(
             self.target, job.prompt, self.drafter, draft_max=k, max_tokens=job.max_tokens,
-            params=job.params, ignore_eos=self.ignore_eos, seq=seq, policy=self.new_policy(),
+            params=job.params, seq=seq, policy=self.new_policy(),
         )
         if isinstance(saved, int):  # another slot's prefix, shared
             self._save(seq, 0)

@@ -26,7 +26,6 @@ class Serving:
     model_id: str
     parallel: int
     new_server: Callable[[], object]
-    ignore_eos: bool = False
 
     @property
     def target(self):
@@ -36,7 +35,7 @@ class Serving:
         self.session.close()
 
 
-def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False, prompt_cache: bool = True,
+def open_serving(opts: ModelOptions, parallel: int, *, prompt_cache: bool = True,
                  cache_ram_mib: int = CACHE_RAM_MIB, catalog=None, settings=None) -> Serving:
     """Load the target (and its drafter) with `parallel` sequences in one unified
     context (through open_session, as every command); the scheduler factory
@@ -60,7 +59,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
 
     # states saved from slots outlive a scheduler that an engine failure replaced
     store = PromptStore(cache_ram_mib << 20) if prompt_cache and cache_ram_mib > 0 else None
-    settings = settings or SchedulerSettings()
+    settings = replace(settings or SchedulerSettings(), prompt_cache=prompt_cache)
 
     def new_server() -> Server:
         drafter = session.drafter
@@ -70,11 +69,11 @@ def open_serving(opts: ModelOptions, parallel: int, *, ignore_eos: bool = False,
         # requests differ); only a drafter that carries an index across requests
         # (suffix with its global index) carries its statistics too.
         shared = drafter.policy_stats if drafter is not None else None
-        return Server(target, parallel, draft_max=k, drafter=drafter, ignore_eos=ignore_eos, prompt_cache=prompt_cache,
+        return Server(target, parallel, draft_max=k, drafter=drafter,
                       store=store, settings=settings, gate=make_gate(session.policy_name),
                       new_policy=lambda: session.new_policy(shared=shared))
 
-    return Serving(session, _model_id(session.target_path), parallel, new_server, ignore_eos)
+    return Serving(session, _model_id(session.target_path), parallel, new_server)
 
 
 def _model_id(path: Path) -> str:

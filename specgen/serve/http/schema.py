@@ -125,6 +125,7 @@ def _sampling(body: dict, d: Defaults) -> SamplingParams:
         top_p=float(base.top_p if top_p is None else top_p),
         min_p=base.min_p,
         seed=base.seed if seed is None else seed,
+        ignore_eos=base.ignore_eos,  # the server's --ignore-eos
     )
 
 

@@ -64,8 +64,8 @@ class VocabChecker:
 
         try:
             if self.engine is None:
-                self.engine = Engine(self.target, vocab_only=True)
-            with Engine(m.path, vocab_only=True) as de:
+                self.engine = Engine.vocab(self.target)
+            with Engine.vocab(m.path) as de:
                 report = compare(self.engine, de)
                 if report.compatible:
                     return SAME, ""

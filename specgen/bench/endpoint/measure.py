@@ -13,7 +13,7 @@ a failed request: a failure is a result (`error` set), counted, not fatal.
 
 Speculative statistics (where each figure came from, counter differences
 around a request for a server with only /metrics counters) are read by
-specgen.bench.spec_sources.
+specgen.bench.endpoint.spec_sources.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from specgen.bench.requests import Request
-from specgen.bench.spec_sources import COUNTER_FAMILIES, asks_speculation, sample_names, spec_stats
-from specgen.bench.spec_sources import parse_counters  # noqa: F401 - benchmarks/http_client.py imports it from here
-from specgen.bench.stream import BadResponse, ConnectFailed, ServerClosed, SseLines, StreamError, StreamPool
+from specgen.bench.endpoint.spec_sources import COUNTER_FAMILIES, asks_speculation, sample_names, spec_stats
+from specgen.bench.endpoint.spec_sources import parse_counters  # noqa: F401 - benchmarks/http_client.py imports it from here
+from specgen.bench.endpoint.client import BadResponse, ConnectFailed, ServerClosed, SseLines, StreamError, StreamPool
 from specgen.errors import SpecgenError
 
 PROBE_TIMEOUT_S = 10.0
@@ -275,7 +275,7 @@ async def stream_one(pool: StreamPool, ep: Endpoint, path: str, body: dict, time
     with text. One chunk may carry several tokens (a speculative server
     settles several at once), so the token count is the server's
     usage.completion_tokens when it reports one, else the chunks. The stream
-    is parsed as its bytes arrive (specgen.bench.stream), not by httpx.
+    is parsed as its bytes arrive (specgen.bench.endpoint.client), not by httpx.
     """
     out: dict = {"status": None, "error": None, "ttft_s": None, "total_s": None, "chunk_s": [], "text": "",
                  "usage": None, "speculative": None, "timings": None, "metrics": None, "finish_reason": None}

@@ -50,7 +50,7 @@ class Setup:
 
 def _auto(model: str | None, c: Config, catalog) -> Config:
     """pair=auto: a draft config with the chosen local draft (said in one note), else prompt lookup."""
-    from specgen.drafters.pairing import choose
+    from specgen.drafters.candidates import choose
     from specgen.notes import note
 
     path, line = choose(registry.resolve_model(model, catalog))

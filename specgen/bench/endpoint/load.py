@@ -9,7 +9,7 @@ at Poisson times at that rate per second, whether or not earlier ones have
 finished. Each (level, endpoint, repeat) is one "serve" record. Everything
 is bounded: a request count per level, an optional duration per open-loop
 level, a timeout per request. One asyncio loop, no thread per request: the
-timed streams go through specgen.bench.stream's pool of kept-alive
+timed streams go through specgen.bench.endpoint.client's pool of kept-alive
 connections, everything else (the probe, /metrics) through one
 httpx.AsyncClient.
 """
@@ -25,12 +25,12 @@ from typing import Callable, Sequence
 import httpx
 import numpy as np
 
-from specgen.bench.http import Endpoint, Sampling, probe, request_body, run_measures, stream_one
+from specgen.bench.endpoint.measure import Endpoint, Sampling, probe, request_body, run_measures, stream_one
 from specgen.bench.records import endpoint_failure, endpoint_request_record, endpoint_run, load_record
 from specgen.bench.requests import Request
 from specgen.bench.runner import run_order
-from specgen.bench.spec_sources import counter_delta, counter_stats, scrape_spec_counters
-from specgen.bench.stream import StreamPool
+from specgen.bench.endpoint.spec_sources import counter_delta, counter_stats, scrape_spec_counters
+from specgen.bench.endpoint.client import StreamPool
 from specgen.errors import SpecgenError
 
 MAX_RATE = 1000.0

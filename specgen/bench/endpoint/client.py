@@ -4,7 +4,7 @@ Reading a streamed response through httpx wakes a task for every chunk
 (httpx, httpcore, anyio, h11). Here the bytes are handed in the protocol's
 `data_received` callback to llhttp (httptools), which frames the response
 (head, chunked / sized / close-delimited body, keep-alive) in C; what the
-body holds goes to a sink (the bench's reader, in specgen.bench.http) with
+body holds goes to a sink (the bench's reader, in specgen.bench.endpoint.measure) with
 the time its bytes arrived. The request's task wakes once, when the response
 has ended or failed.
 
