@@ -24,14 +24,17 @@ alternating (specgen bench's runner); speedups are of medians.
     python benchmarks/real_pair.py --f16 --repeats 3      # an F16 copy: rows nearly free, as on a GPU
     python benchmarks/real_pair.py --f16 --parts bench --tools LLAMA_CPP_BUILD/bin
 
---parts bench,rewrite picks the parts. The F16 copy is written once into
-specgen's cache (engine.quantize.requantize).
+--parts bench,rewrite picks the parts. `--medians FILE` keeps the bench part's
+per-request medians; `--parts llama --tools DIR --medians FILE` runs llama.cpp's
+tools alone beside them (`--llama-n-max ""`: its model-free types only). The F16
+copy is written once into specgen's cache (engine.quantize.requantize).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import math
 import statistics
 import subprocess
@@ -75,6 +78,7 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
 
     configs = ["lookup:policy=cost", f"draft={draft}:policy=cost", f"draft={draft}:k={fixed_k}"]
     names = ["default (lookup)", "-d 0.5B (cost)", f"-d 0.5B k={fixed_k}"]
+    keys = ["lookup", "draft", "draft_fixed"]  # each configuration's figure in the medians (llama_part reads them)
     result = run_bench(REQUESTS, configs, model=target, max_tokens=n, repeats=repeats, threads=threads, limit=limit)
     ids = [r["id"] for r in result.records]
     cfgs = result.configs
@@ -91,9 +95,9 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
         plain = statistics.median(r["tokens_per_s"] for r in by["plain"])
         medians[rec["id"]] = {"plain": plain, "tokens": by["plain"][0]["tokens"]}
         cells = []
-        for c in cfgs[1:]:
+        for c, key in zip(cfgs[1:], keys):
             tps = statistics.median(r["tokens_per_s"] for r in by[c])
-            medians[rec["id"]][c.split("=")[0].split(":")[0]] = tps
+            medians[rec["id"]][key] = tps
             ratios[c].append(tps / plain)
             same = all(r["tokens"] == by["plain"][0]["tokens"] for r in by[c])
             differs[c] += not same
@@ -117,9 +121,9 @@ def prompts(target: str, ours: dict | None) -> dict[str, tuple[str, str, int, st
     from specgen.bench.requests import apply_chat_template, load_requests, request_tokens
     from specgen.engine.llama import Engine
 
-    with Engine(target, vocab_only=True) as engine:
+    with Engine.vocab(target) as engine:
         return {r.id: (apply_chat_template(engine, r.messages), r.category, len(request_tokens(engine, r)),
-                       engine.detokenize(ours[r.id]["tokens"]) if ours and r.id in ours else None)
+                       engine.detokenize(ours[r.id]["tokens"]) if ours and "tokens" in ours.get(r.id, {}) else None)
                 for r in load_requests(REQUESTS)}
 
 
@@ -130,7 +134,7 @@ def llama_part(tools: str, target: str, draft: str, n: int, threads: int, n_maxe
     rows = []
     for rid, (text, category, n_tokens, plain_text) in list(prompts(target, ours).items())[:limit]:
         runs = {f"draft n-max {k}": llama_spec(tools, target, text, "draft-simple", n, threads, 4096, k, draft=draft)
-                for k in n_maxes}
+                for k in n_maxes}  # --llama-n-max "": the model-free types alone
         if category in MODEL_FREE_ON:
             runs.update({t: llama_spec(tools, target, text, t, n, threads, 4096, 8) for t in MODEL_FREE})
         for name, r in runs.items():
@@ -140,12 +144,14 @@ def llama_part(tools: str, target: str, draft: str, n: int, threads: int, n_maxe
                 sys.exit(f"real_pair.py: llama.cpp read {r['prompt_tokens']} prompt tokens of {rid}, specgen {n_tokens}")
         rows.append((rid, runs))
         drafts = {k: r for k, r in runs.items() if k.startswith("draft")}
-        best_d = max(drafts, key=lambda k: drafts[k]["tokens_per_s"])
-        line = f"{rid:<10} draft: best {best_d.split()[-1]:>2} {drafts[best_d]['tokens_per_s']:6.1f} tok/s"
-        if ours and rid in ours:
-            line += f"  specgen -d / it {ours[rid]['draft'] / drafts[best_d]['tokens_per_s']:5.2f}x"
-            parted = follows(drafts[best_d]["text"], plain_text)
-            line += "" if parted is None else f" (its text parts from plain's at char {parted})"
+        line = f"{rid:<10}"
+        if drafts:
+            best_d = max(drafts, key=lambda k: drafts[k]["tokens_per_s"])
+            line += f" draft: best {best_d.split()[-1]:>2} {drafts[best_d]['tokens_per_s']:6.1f} tok/s"
+            if ours and rid in ours:
+                line += f"  specgen -d (cost) / it {ours[rid]['draft'] / drafts[best_d]['tokens_per_s']:5.2f}x"
+                parted = follows(drafts[best_d]["text"], plain_text)
+                line += "" if parted is None else f" (its text parts from plain's at char {parted})"
         free = {k: r for k, r in runs.items() if not k.startswith("draft")}
         if free:
             best_f = max(free, key=lambda k: free[k]["tokens_per_s"])
@@ -201,23 +207,32 @@ def main() -> None:
     ap.add_argument("--fixed-k", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="only the first N requests")
-    ap.add_argument("--parts", default="bench,rewrite")
+    ap.add_argument("--parts", default="bench,rewrite", help="bench, rewrite and/or llama (llama.cpp's tools "
+                    "alone, beside the figures of an earlier bench part: --medians)")
+    ap.add_argument("--medians", default="", help="a JSON file: the bench part writes its per-request medians "
+                    "there, and the llama part alone reads them")
     ap.add_argument("--tools", default="", help="llama.cpp's build/bin: add its tools on the same prompts")
     ap.add_argument("--llama-n-max", default="2,3,4,6,8", help="llama-speculative-simple's n-max values")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
-    if parts - {"bench", "rewrite"}:
-        ap.error("--parts takes bench and/or rewrite")
+    if parts - {"bench", "rewrite", "llama"}:
+        ap.error("--parts takes bench, rewrite and/or llama")
+    if "llama" in parts and not args.tools:
+        ap.error("--parts llama needs --tools")
+    n_maxes = [int(k) for k in args.llama_n_max.split(",") if k.strip()]
     target, draft = models(args.f16)
     print(f"target {Path(target).name} · draft {Path(draft).name} · {args.threads} threads · greedy · "
           f"{args.n} tokens · {args.repeats} repeats")
     ours = None
     if "bench" in parts:
         ours = bench_part(target, draft, args.n, args.repeats, args.fixed_k, args.threads, args.limit)
+        if args.medians:
+            Path(args.medians).write_text(json.dumps(ours))
+    elif args.medians:
+        ours = json.loads(Path(args.medians).read_text())
     tools = find_tools(args.tools)
-    if tools:
-        llama_part(tools, target, draft, args.n, args.threads, [int(k) for k in args.llama_n_max.split(",")],
-                   args.limit, ours)
+    if tools and (parts & {"bench", "llama"}):
+        llama_part(tools, target, draft, args.n, args.threads, n_maxes, args.limit, ours)
     if "rewrite" in parts:
         rewrite_part(target, args.repeats, args.threads)
 
