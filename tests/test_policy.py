@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specgen.drafters.base import Draft
-from specgen.policy.cost import CostAware, Costs, Priors
+from specgen.policy.cost import DRAFT_MODEL_PRIOR, MODEL_KEY, CostAware, Costs, Priors
 from specgen.policy.base import (
     FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate, unused_offer_outcome, verify_cost, with_counts,
 )
@@ -690,3 +690,23 @@ def test_a_new_free_key_starts_from_what_the_other_free_keys_met():
     copying = CostAware(16, Costs(CPU))
     feed(copying, alpha=0.95, rounds=40, key=1)
     assert copying.acceptance(2).rates(1)[0] > 0.8
+
+
+def test_an_untried_model_whose_prefill_paid_drafts_its_first_round():
+    """Rows that cost a third more each (F16 on 2 cores: 4 rows about 2x one): at its
+    prior's mean the model does not pay, one deviation above it does, so its prompt
+    was prefilled (`prefill_pays`). Its first round then drafts for every seed: a
+    fresh draw that declined left its cache to lag and the catch-up kept it out
+    for good (measured: 77 plain rounds of 87, none by the model)."""
+    curve = [0.0, 0.0675, 0.115, 0.129, 0.133, 0.144, 0.147, 0.202, 0.207]
+    for seed in range(30):
+        p = CostAware(8, Costs(curve, 0.0183), Priors(model=DRAFT_MODEL_PRIOR), seed=seed)
+        mean = p.rates(p.acceptance(MODEL_KEY).rates(8))
+        assert max(mean[1:]) < mean[0]  # the prior's mean alone would never draft it
+        assert p.prefill_pays(60, 96, MODEL_KEY)
+        k, take = p.choose_offer(0, 0, 8, Situation(lag=1, remaining=96))
+        assert k > 0 and not take, (seed, k, take)
+    rows_dear = [0.0, 0.0277, 0.0533, 0.0814, 0.0895, 0.110, 0.150, 0.165, 0.206]  # Q4_K_M here: 4 rows 3.2x
+    p = CostAware(8, Costs(rows_dear, 0.0183), Priors(model=DRAFT_MODEL_PRIOR), seed=0)
+    assert not p.prefill_pays(60, 96, MODEL_KEY)
+    assert all(p.choose_offer(0, 0, 8, Situation(lag=1, remaining=96))[0] == 0 for _ in range(30))

@@ -287,7 +287,9 @@ class CostAware(Policy):
         return [step_rate(alphas, k, self.verify_s, step, situation, self.pick_s, self.round_scale)
                 for k in range(len(alphas) + 1)]
 
-    def choose(self, key: int, limit: int, situation: Situation = ALONE) -> int:
+    def choose(self, key: int, limit: int, situation: Situation = ALONE, z: float | None = None) -> int:
+        """k for this round (0: a plain step); `z` fixes the round's upward draw
+        (None: drawn, or 0 for a free key)."""
         limit = min(limit, self.k_max)
         if limit <= 0:
             return 0
@@ -298,7 +300,8 @@ class CostAware(Policy):
         # (`observe`): drafting it to learn buys nothing, so it is chosen on the
         # estimates alone, and they do not fade while it sits out.
         free = key != MODEL_KEY
-        z = 0.0 if free else max(float(self.rng.standard_normal()), 0.0)
+        if z is None:
+            z = 0.0 if free else max(float(self.rng.standard_normal()), 0.0)
         alphas = with_counts(acc.rates(limit, z=z), situation.counts)
         rates = self.rates(alphas, situation)
         k = _best(rates)
@@ -340,8 +343,13 @@ class CostAware(Policy):
         counts, situation = situation.counts, replace(situation, counts=())  # the offer's, not the model's
         if offered <= 0 or (limit > 0 and situation.lag <= NORMAL_FEED and not self.acceptance(MODEL_KEY).reached):
             # no offer, or the model has not drafted yet and its cache is in
-            # step: it drafts once now, while learning what it is worth is cheap
-            k = self.choose(MODEL_KEY, limit, situation) if limit > 0 else 0
+            # step: it drafts once now, while learning what it is worth is cheap.
+            # Before any evidence its draw is at least one deviation above the
+            # prior, as its prefill was judged (`prefill_pays`): a lower draw that
+            # declines leaves its cache to fall behind, and the catch-up then
+            # keeps a model that was never tried from ever drafting.
+            z = max(float(self.rng.standard_normal()), 1.0) if not self.acceptance(MODEL_KEY).reached else None
+            k = self.choose(MODEL_KEY, limit, situation, z=z) if limit > 0 else 0
             if k or offered <= 0:
                 return k, False
             limit = 0  # the model declines at its prior (its rows cost more than it promises): the offer alone
