@@ -204,7 +204,8 @@ def test_capped_walk_still_drafts_a_true_continuation(seed, choice):
     # the draft is what followed some earlier occurrence of the longest match.
     rng = np.random.default_rng(200 + seed)
     toks = _random_stream(rng, 30, 2)
-    d = SuffixDrafter.switched(cut_at_split=False)(choice=choice, max_walk=2)  # whole copies: what the capped states kept
+    d = SuffixDrafter(choice=choice, max_walk=2)  # whole copies: what the capped states kept
+    d.cut_at_split = False
     for _ in range(30):
         k = int(rng.integers(1, 5))
         got = d.propose_one(toks, k)
@@ -330,7 +331,8 @@ def test_a_periodic_run_drafts_past_one_period():
 def test_key_tells_fixed_text_from_a_varying_field():
     # a form seen three times: "5 6" always goes on with 7 (fixed text); "7" with a
     # different value each time (a field)
-    d = SuffixDrafter.switched(cut_at_split=False)(global_cache=True, min_global_match=1)
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    d.cut_at_split = False
     for value in (20, 21, 22):
         d.remember([5, 6, 7, value, 8, 9])
     got = d.propose_one([1, 5, 6], 3, seq=1)
@@ -366,7 +368,8 @@ def test_a_draft_ends_before_a_varying_field():
     # a match seen once has nothing to compare: the copy is whole
     assert SuffixDrafter().propose_one([5, 6, 7, 8, 9, 5, 6], 3).tokens == [7, 8, 9]
     # off: the whole copy, as before
-    d = SuffixDrafter.switched(cut_at_split=False)(global_cache=True, min_global_match=1)
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    d.cut_at_split = False
     for value in (20, 21, 22):
         d.remember([5, 6, 7, value, 8, 9])
     assert d.propose_one([1, 5, 6], 4, seq=1).tokens == [7, 22, 8, 9]
@@ -398,7 +401,8 @@ def test_a_varying_field_is_drafted_from_the_request_itself():
     assert suffix_draft(ctx, 3, docs=docs, min_global_match=1) == ([30, 1, 5], 1, False)
     assert d.propose_one([1, 5, 6], 3, seq=1).tokens == [7]  # fixed text: global (cut before the field)
     assert d.propose_one([2, 1, 5, 6, 7], 3, seq=2).tokens == [22, 8, 9]  # no own match: the latest value
-    off = SuffixDrafter.switched(local_at_split=False)(global_cache=True, min_global_match=1)
+    off = SuffixDrafter(global_cache=True, min_global_match=1)
+    off.local_at_split = False
     for doc in docs:
         off.remember(doc)
     assert off.propose_one(ctx, 3).tokens == [22, 8, 9]
@@ -427,7 +431,9 @@ def test_draft_counts_are_the_index_evidence_along_the_drafted_path(seed):
     rng = np.random.default_rng(seed)
     alphabet = 2 + seed % 3
     toks = _random_stream(rng, 40, alphabet)
-    d = SuffixDrafter.switched(cut_at_split=False, counts=True)(max_walk=1 << 20)  # uncapped walk: exact counts
+    d = SuffixDrafter(max_walk=1 << 20)  # uncapped walk: exact counts
+    d.cut_at_split = False
+    d.counts = True
     checked = 0
     for _ in range(30):
         got = d.propose_one(toks, 6)
@@ -444,7 +450,9 @@ def test_draft_counts_are_the_index_evidence_along_the_drafted_path(seed):
 
 def test_draft_counts_of_a_global_match_stop_at_a_document_end():
     docs = [[5, 6, 7]] + [[5, 6, 7, v, 8, 9] for v in (20, 21, 22)]
-    d = SuffixDrafter.switched(cut_at_split=False, counts=True)(global_cache=True, min_global_match=1)
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    d.cut_at_split = False
+    d.counts = True
     for doc in docs:
         d.remember(doc)
     got = d.propose_one([1, 5, 6], 4, seq=1)

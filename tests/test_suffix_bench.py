@@ -48,12 +48,12 @@ def test_suffix_variants_turn_the_switches_and_arguments_they_name(runs):
         "frequent", 2, False, 5, False, True)
     plain = build_drafter(DrafterOptions("suffix"))  # the product's: SuffixDrafter's own rules
     assert type(plain) is SuffixDrafter and (plain.cut_at_split, plain.counts, plain.local_at_split) == (True, False, True)
-    assert type(runs.suffix_variant(opts)) is SuffixDrafter  # nothing turned: build_drafter's own
-    assert SuffixDrafter.cut_at_split and not SuffixDrafter.counts  # a variant turns its subclass, not the product's
+    assert type(runs.suffix_variant(opts)) is SuffixDrafter  # built by build_drafter, variant or not
+    assert SuffixDrafter.cut_at_split and not SuffixDrafter.counts  # a variant turns its own instance, not the class
     with pytest.raises(TypeError):
         runs.suffix_variant(opts, nothing=1)
     with pytest.raises(TypeError):
-        SuffixDrafter.switched(global_cache=True)  # an argument, not a switch
+        runs.suffix_variant(opts, max_walk=8)  # shapes the index build_drafter already built: refused
 
 
 def test_every_config_is_built_by_build_drafter(runs):

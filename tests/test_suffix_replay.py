@@ -43,7 +43,8 @@ def test_accepted_counts_the_agreeing_prefix(replay_mod):
 
 
 def test_pool_holds_every_continuation_the_indexes_offer(replay_mod):
-    d = SuffixDrafter.switched(local_at_split=False)(global_cache=True, min_global_match=1)
+    d = SuffixDrafter(global_cache=True, min_global_match=1)
+    d.local_at_split = False
     for doc in ([5, 6, 7, 20, 8], [5, 6, 7, 20, 9], [5, 6, 7, 21, 4]):
         d.remember(doc)
     ctx = [3, 5, 6, 7]

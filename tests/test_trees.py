@@ -138,7 +138,8 @@ def test_branch_tree_from_the_suffix_index():
     assert tree.tokens[:3] == [7, 3, 5]  # the latest occurrence's continuation
     assert tree.tokens[3:] == [8, 2, 5] and tree.parents[3:] == [-1, 3, 4]
     assert tree.probs[0] == pytest.approx(2 / 3) and tree.probs[3] == pytest.approx(1 / 3)
-    d = SuffixDrafter.switched(cut_at_split=False)()
+    d = SuffixDrafter()
+    d.cut_at_split = False
     t2 = d.propose_tree(toks, 3, 2)
     assert (t2.tokens, t2.parents) == (tree.tokens, tree.parents)
     assert t2.tokens[:3] == d.propose_one(toks, 3).tokens  # branch 0 is the single-branch draft

@@ -224,8 +224,8 @@ def oracle_time(lengths: list[int], curve, k_max: int, round_s: float = 0.0) -> 
 def config_drafter(name: str):
     """`current`: SuffixDrafter with the global index as `benchmarks/suffix.py`'s
     suffix+global; `local`: without it; `lookup`: prompt lookup. Options after a colon:
-    SuffixDrafter's arguments and switches (`cut_at_split=0`, `choice=frequent`: built by
-    `suffixlib.runs.suffix_variant`), `shared=0` (a fresh policy per
+    the suffix index's choice, min_match, min_global_match and switches (`cut_at_split=0`,
+    `choice=frequent`: `suffixlib.runs.suffix_variant`), `shared=0` (a fresh policy per
     request, not the index's carried statistics), `hindsight=1` (each proposal cut to what
     plain's text accepts and drafted whole: the drafter under a perfect draft length), `sparse=1`
     (the policy priced by the verify curve as profiles did before every row count was

@@ -70,14 +70,15 @@ def drafter_options(name: str) -> DrafterOptions | None:
 
 
 def suffix_variant(opts: DrafterOptions, **settings):
-    """The suffix index `opts` asks for, as build_drafter builds it, with the
-    experiments' switches (SuffixDrafter.SWITCHES) and further constructor
-    arguments (min_global_match, max_walk, ...) from `settings`."""
-    if not settings:
-        return build_drafter(opts)
-    switches = {k: bool(settings.pop(k)) for k in SuffixDrafter.SWITCHES if k in settings}
-    return SuffixDrafter.switched(**switches)(global_cache=opts.global_cache, choice=opts.suffix_choice,
-                                              min_match=opts.ngram_min, **settings)
+    """The suffix index `opts` asks for, built by build_drafter, with the experiments'
+    switches (SuffixDrafter.SWITCHES) and `min_global_match` set on this instance."""
+    d = build_drafter(opts)
+    unknown = set(settings) - {*SuffixDrafter.SWITCHES, "min_global_match"}
+    if unknown:
+        raise TypeError(f"not a suffix index setting: {', '.join(sorted(unknown))}")
+    for name, value in settings.items():
+        setattr(d, name, max(int(value), d.min_match) if name == "min_global_match" else bool(value))
+    return d
 
 
 def make_drafter(name: str):

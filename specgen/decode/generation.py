@@ -304,7 +304,7 @@ class Generation:
         d, offer = self.drafter, Draft()
         if lim > 0 and (d.free or d.offers):
             offer = (d.propose if d.free else d.offer)([self.want(lim)])[0]
-        k, take = self.choose(offer, lim, self.situation())
+        k, take = self.choose(offer, lim, self.situation()) if lim > 0 else (0, True)
         draft = offer.cut(k) if take else d.propose([self.want(k)])[0].cut(k) if k > 0 else Draft()
         return self.plan(draft, time.perf_counter() - t0, passed_over(offer, k, take))
 

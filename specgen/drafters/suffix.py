@@ -103,8 +103,8 @@ class SuffixDrafter(PerSequence):
 
     name = "suffix"
     trees = True
-    # The rules its experiments compared, kept switchable for the benchmarks' variants
-    # (`SuffixDrafter.switched(...)`: a subclass that turns them):
+    # The rules its experiments compared (SWITCHES), kept switchable for the benchmarks'
+    # variants, which turn them on their own instance (benchmarks/suffixlib/runs.suffix_variant):
     cut_at_split = True  # end a draft before a varying field (`split_depth`)
     local_at_split = True  # a varying field's value from this request (`global_drafts`)
     # give the policy the index's counts along each draft (`path_counts`). Off: replayed,
@@ -132,15 +132,6 @@ class SuffixDrafter(PerSequence):
         self._seqs: dict[int, _Local] = {}
 
     SWITCHES = ("cut_at_split", "local_at_split", "counts")
-
-    @classmethod
-    def switched(cls, **switches: bool) -> type["SuffixDrafter"]:
-        """A subclass with some of the experiments' rules (SWITCHES) turned: the
-        benchmarks' and tests' variants, apart from the product's constructor."""
-        unknown = set(switches) - set(cls.SWITCHES)
-        if unknown:
-            raise TypeError(f"not a SuffixDrafter switch: {', '.join(sorted(unknown))} (choose {', '.join(cls.SWITCHES)})")
-        return type(cls.__name__, (cls,), dict(switches))
 
     def _fresh(self) -> _Local:
         g = self.global_index
