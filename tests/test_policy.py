@@ -710,3 +710,67 @@ def test_an_untried_model_whose_prefill_paid_drafts_its_first_round():
     p = CostAware(8, Costs(rows_dear, 0.0183), Priors(model=DRAFT_MODEL_PRIOR), seed=0)
     assert not p.prefill_pays(60, 96, MODEL_KEY)
     assert all(p.choose_offer(0, 0, 8, Situation(lag=1, remaining=96))[0] == 0 for _ in range(30))
+
+
+# The real pair's curves on this machine (F16 1.5B target: 2 rows 1.7x one, 4 rows 2.0x;
+# the 0.5B Q4_K_M draft's own passes), as in test_an_untried_model_whose_prefill_paid...
+F16_PAIR = [0.0, 0.0675, 0.115, 0.129, 0.133, 0.144, 0.147, 0.202, 0.207]
+DRAFT_PAIR = [0.0, 0.0183, 0.0351, 0.0419, 0.0487, 0.0664, 0.0732, 0.080, 0.0819]
+
+
+def pair_policy(seed=0):
+    return CostAware(8, Costs(F16_PAIR, 0.0183, feed_s=0.00394, draft_verify_s=DRAFT_PAIR),
+                     Priors(model=DRAFT_MODEL_PRIOR), seed=seed)
+
+
+def lagging_run(policy, alpha, tokens, seed):
+    """tok/s of a draft model under `policy`, its cache falling a token behind each
+    plain round and caught up (`catch_up_s`) when it next drafts, as the loop does."""
+    rng = np.random.default_rng(1000 + seed)
+    lag, t, made = 1, 0.0, 0
+    while made < tokens:
+        k, _ = policy.choose_offer(0, 0, 8, Situation(lag=lag, remaining=tokens - made))
+        k = min(k, tokens - made - 1)
+        if k <= 0:
+            t, made, lag = t + F16_PAIR[1], made + 1, lag + 1
+            policy.update(MODEL_KEY, 0, 0)
+            continue
+        acc = 0
+        while acc < k and rng.random() < alpha:
+            acc += 1
+        t += policy.catch_up_s(lag) + k * 0.0183 + F16_PAIR[k + 1]
+        made, lag = made + acc + 1, 2 if acc == k else 1
+        policy.update(MODEL_KEY, k, acc)
+    return tokens / t
+
+
+def test_a_probe_shares_its_catch_up_with_the_rounds_it_is_expected_to_open():
+    """After one accepted round the estimate (0.74) sits below break-even, the cache
+    falls behind while the model sits out, and a probe must catch it up. Paid in the
+    probe's own round, the catch-up outgrew every draw within a few rounds (the real
+    pair's code request: 74 plain rounds of 87, the model never drafting again). A
+    draw one deviation up now probes at a lag of 10; evidence that the model is poor
+    still keeps it out."""
+    p = pair_policy()
+    acc = p.acceptance(MODEL_KEY)
+    acc.reached[:], acc.accepted[:] = [1.0, 1.0], [1.0, 1.0]
+    mean = p.rates(acc.rates(8))
+    assert max(mean[1:]) < mean[0]  # a probe: the estimates alone say plain
+    assert p.choose(MODEL_KEY, 8, Situation(lag=10, remaining=90), z=1.0) > 0
+    poor = pair_policy()
+    acc = poor.acceptance(MODEL_KEY)
+    acc.reached[:], acc.accepted[:] = [20.0, 8.0], [8.0, 3.0]
+    assert poor.choose(MODEL_KEY, 8, Situation(lag=10, remaining=90), z=1.0) == 0
+    assert poor.choose(MODEL_KEY, 8, Situation(lag=2, remaining=90), z=3.0) > 0  # no catch-up: the draw decides
+
+
+def test_a_lagging_model_that_pays_keeps_drafting_and_one_that_does_not_costs_little():
+    """Simulated rounds on the real pair's curves, 256 tokens, 10 seeds: at acceptance
+    0.92 (the 0.5B on code) a fixed k = 5 reads about 1.38x plain; the policy whose
+    probes paid their whole catch-up read 1.15x, this one about 1.34x. At 0.4 it
+    still reads about plain."""
+    plain = 1.0 / F16_PAIR[1]
+    good = np.mean([lagging_run(pair_policy(s), 0.92, 256, s) for s in range(10)]) / plain
+    poor = np.mean([lagging_run(pair_policy(s), 0.4, 256, s) for s in range(10)]) / plain
+    assert good > 1.25, good
+    assert poor > 0.95, poor

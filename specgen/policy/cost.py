@@ -180,7 +180,11 @@ class CostAware(Policy):
     the positions past b are often unseen, their estimates inherit b's with
     a wide spread, and one draw lifts them all (a long exploration of a
     break-even draft loses: docs/notes/2026-11-translated-drafts.md). A
-    probe's round pays the whole catch-up of the draft's cache: the estimates expect plain rounds after it, so nothing amortises it.
+    probe's catch-up of the draft's cache is shared by the rounds it is
+    expected to open: those the estimate rests on if its draw is right (the
+    posterior's chance that drafting pays), its own round alone if not. (A probe
+    that paid its whole catch-up in its own round kept a model that fell behind
+    once from ever drafting again: simulated, docs/notes/2026-12-06-real-pair.md.)
     Any other round amortises a catch-up over no more rounds than its estimate
     rests on (the first position's decayed count plus the prior's weight):
     evidence faded back to the prior over a long plain stretch does not buy a
@@ -309,19 +313,42 @@ class CostAware(Policy):
         probe = bool(k and z) and _best(mean) == 0
         k = _explore(rates, mean, k, self.explore_near)  # past the estimates' best: only as far as the draw favours
         if k and situation.lag > 2:
-            # a catch-up must pay back within the rounds the estimate rests on (a
-            # probe's within its own round): faded evidence promises few rounds.
-            # Before any evidence (a first catch-up: a prompt the draft did not
-            # prefill) the prior speaks for the whole generation.
-            left = situation.remaining
-            if probe or acc.reached:
-                rounds = 1.0 if probe else acc.reached[0] + acc.strength
-                left = min(left, rounds * expected_tokens(alphas[:k]))
-            if not self._catch_up_pays(situation.lag, left, rates[k], rates[0]):
+            chance = self._pays_chance(acc, limit, situation, z) if probe else None
+            if not self._catch_up_pays_back(acc, k, alphas, rates, situation, chance):
                 k = 0
         if k == 0 and not free:
             acc.forget(self.idle_decay)
         return k
+
+    def _catch_up_pays_back(self, acc: Acceptance, k: int, alphas: Sequence[float], rates: Sequence[float],
+                            situation: Situation, chance: float | None) -> bool:
+        """A round of k drafts, with the draft's cache caught up first, still
+        beats plain steps. The catch-up must pay back
+        within the rounds the estimate rests on: faded evidence promises few.
+        A probe's (`chance`: the posterior's chance that drafting pays) is
+        shared by those rounds only if its draw was right, else its own round
+        bears it. Before any evidence (a first catch-up: a prompt the draft did
+        not prefill) the prior speaks for the whole generation."""
+        left = situation.remaining
+        if chance is not None or acc.reached:
+            rounds = acc.reached[0] + acc.strength if acc.reached else 1.0
+            if chance is not None:
+                rounds = chance * rounds + 1.0 - chance
+            left = min(left, rounds * expected_tokens(alphas[:k]))
+        return self._catch_up_pays(situation.lag, left, rates[k], rates[0])
+
+    def _pays_chance(self, acc: Acceptance, limit: int, situation: Situation, z: float) -> float:
+        """The posterior's chance that drafting pays: P(Z > z*), z* the least draw (in
+        (0, z], bisected) at which some k > 0 beats a plain step."""
+        lo, hi = 0.0, z
+        for _ in range(12):
+            mid = 0.5 * (lo + hi)
+            r = self.rates(with_counts(acc.rates(limit, z=mid), situation.counts), situation)
+            if _best(r):
+                hi = mid
+            else:
+                lo = mid
+        return 0.5 * math.erfc(hi / math.sqrt(2.0))
 
     def shape_tree(self, tree: DraftTree, k: int, width: int) -> DraftTree:
         """The extra branches that raise expected tokens per second on this
