@@ -224,6 +224,42 @@ def test_batched_draft_model_equals_the_sequential_draft_model(temperature):
     assert any(len(b) == 2 and all(len(t) == 1 for _, _, t, _ in b) for b in draft.batches)
 
 
+class DecliningGate:
+    """A shared-step gate that keeps every shared step plain (as StepGate does where
+    drafting beside other sequences was measured not to pay)."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def drafts(self, sequences, prefill=False):
+        self.asked += 1
+        return sequences <= 1
+
+    def observe(self, *args):
+        pass
+
+
+def test_a_gated_plain_step_beside_a_draft_model_verifies_one_row_each():
+    """A draft model's sequences, in a shared step the gate keeps plain, each get one
+    row (it failed: the plan asked the draft model the step had not been given)."""
+    from specgen.drafters.model import DraftModel
+
+    rng = np.random.default_rng(2)
+    target_table = rng.normal(size=(40, 40)).astype(np.float32) * 2
+    draft_table = target_table + rng.normal(size=(40, 40)).astype(np.float32) * 0.3
+    jobs = [Job(f"r{i}", [i + 1, i + 2], max_tokens=10) for i in range(3)]
+    gate = DecliningGate()
+    server = Server(MultiFakeEngine(target_table), 3, draft_max=3,
+                    drafter=DraftModel(MultiFakeEngine(draft_table, n_batch=64), 40, 40), gate=gate)
+    out = {r.job.id: r.gen for r in server.serve(jobs)}
+    plain = {r.job.id: r.gen for r in Server(MultiFakeEngine(target_table), 3).serve(jobs)}
+    assert gate.asked > 0
+    for j in jobs:
+        assert out[j.id].tokens == plain[j.id].tokens
+    shared = [(seqs, rows) for seqs, rows, prefill in server.step_log if seqs > 1 and not prefill]
+    assert shared and all(rows == seqs for seqs, rows in shared), shared
+
+
 def test_batch_aware_policy_stops_drafting_on_a_saturated_step():
     linear = [0.0] + [0.01 * n for n in range(1, 33)]  # every row costs the same: no spare arithmetic
     flat = [0.0] + [0.01 + 0.0005 * n for n in range(1, 33)]  # rows nearly free: a GPU

@@ -350,6 +350,8 @@ def plan_step(gens: Sequence[Generation], drafter: Drafter | None, busy_rows: in
     keeps one row; a policy's limit is what the sequences before it left).
     """
     limits = [g.limit() for g in gens]
+    if drafter is None:  # a step without drafting (the gate kept it plain): one row each
+        limits = [None if lim is None else 0 for lim in limits]
     live = [(g, lim) for g, lim in zip(gens, limits) if lim is not None]
     offers: list[Draft] = [Draft() for _ in live]
     t0 = time.perf_counter()
