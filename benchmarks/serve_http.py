@@ -63,6 +63,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def as_text(reqs, model: str) -> list:
+    """Requests as raw prompt strings: chat messages rendered through the target's
+    own template (its special tokens as text, which both servers' /v1/completions
+    parse), so every server reads the same prompt tokens."""
+    from dataclasses import replace
+
+    from specgen.bench.requests import apply_chat_template
+    from specgen.engine.llama import Engine
+
+    if all(r.messages is None for r in reqs):
+        return list(reqs)
+    with Engine.vocab(model) as vocab:
+        return [r if r.messages is None else replace(r, prompt=apply_chat_template(vocab, r.messages), messages=None)
+                for r in reqs]
+
+
 # -- systems -----------------------------------------------------------------------
 
 
@@ -284,8 +300,7 @@ def main() -> None:
     from specgen.models.registry import resolve_model
 
     model = str(resolve_model(a.model))
-    reqs = load_requests(a.requests)
-    reqs = [r for r in reqs if r.prompt is not None]  # raw text only: the same string on both servers
+    reqs = as_text(load_requests(a.requests), model)  # the same string on every server
     if a.limit:
         reqs = reqs[: a.limit]
     levels = [int(x) for x in a.concurrency.split(",")]
