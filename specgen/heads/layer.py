@@ -1,0 +1,206 @@
+"""A feature-level draft layer (EAGLE-style) over a frozen target: its math, by hand in numpy.
+
+At position t the layer reads the target's final hidden state h_t (after the
+output norm, the row that picked token x_{t+1}) and the embedding of x_{t+1},
+and predicts the target's next hidden state h_{t+1}; the target's own output
+matrix, frozen and restricted to `ids`, reads a token out of that prediction:
+
+    x    = [h_t ; e(x_{t+1})] · W_in + b_in                        (2d -> d)
+    x'   = x + Attn(RMSNorm(x; g1))      causal, RoPE, over the layer's own earlier positions
+    f    = x' + W2 · SiLU(W1 · RMSNorm(x'; g2))                    (d -> r -> d)
+    logits = E[ids] · f
+
+Drafting is autoregressive: f stands in for h_{t+1} at the next position, with
+the drafted token's embedding. Training minimises cross-entropy against the
+target's argmax at t+1 plus `feature_weight` x smooth-L1(f - h_{t+1}), the
+feature regression EAGLE found carries the later positions.
+
+`forward` keeps what `backward` needs; `loss_and_grads` is the two together.
+Shapes: a batch of B sequences of T positions; attention heads of `head_dim`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+EPS = 1e-6
+PARAMS = ("w_in", "b_in", "g1", "wq", "wk", "wv", "wo", "g2", "w1", "w2")
+
+
+def init_params(d: int, attn: int, mlp: int, rng: np.random.Generator, dtype=np.float32) -> dict[str, np.ndarray]:
+    """Small random weights (the residual branches start near zero, so the layer
+    starts as the fused input alone), unit norm gains."""
+    def w(n_in, n_out, scale=1.0):
+        return (rng.standard_normal((n_in, n_out)) * scale / np.sqrt(n_in)).astype(dtype)
+
+    return {"w_in": w(2 * d, d), "b_in": np.zeros(d, dtype), "g1": np.ones(d, dtype),
+            "wq": w(d, attn), "wk": w(d, attn), "wv": w(d, attn), "wo": w(attn, d, 0.1),
+            "g2": np.ones(d, dtype), "w1": w(d, mlp), "w2": w(mlp, d, 0.1)}
+
+
+def rms_norm(x: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    s = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS)
+    xhat = x / s
+    return xhat * g, xhat, s
+
+
+def rms_norm_back(dn: np.ndarray, xhat: np.ndarray, s: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """d loss / d x and d loss / d g of n = g · x / rms(x)."""
+    dg = np.sum(dn * xhat, axis=tuple(range(dn.ndim - 1)))
+    dxhat = dn * g
+    return (dxhat - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True)) / s, dg
+
+
+def rope_angles(pos: np.ndarray, head_dim: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin of shape pos.shape + (head_dim // 2,)."""
+    inv = base ** (-np.arange(0, head_dim // 2, dtype=np.float64) * 2.0 / head_dim)
+    ang = pos[..., None].astype(np.float64) * inv
+    return np.cos(ang), np.sin(ang)
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, inverse: bool = False) -> np.ndarray:
+    """Rotate the two halves of the last axis; `inverse` (the transpose) is its gradient."""
+    h = x.shape[-1] // 2
+    a, b = x[..., :h], x[..., h:]
+    if inverse:
+        sin = -sin
+    return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1).astype(x.dtype, copy=False)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def causal_mask(t: int, window: int | None = None) -> np.ndarray:
+    """0 where position j may be attended from i (j <= i, within `window`), -inf elsewhere."""
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    ok = j <= i
+    if window:
+        ok &= i - j < window
+    return np.where(ok, 0.0, -np.inf)
+
+
+@dataclass
+class Cache:
+    """What the forward pass keeps for the backward one."""
+
+    u: np.ndarray
+    x: np.ndarray
+    n1: tuple
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    p: np.ndarray
+    att: np.ndarray
+    x2: np.ndarray
+    n2: tuple
+    z: np.ndarray
+    a: np.ndarray  # SiLU(z)
+    cos: np.ndarray
+    sin: np.ndarray
+
+
+def _heads(x: np.ndarray, head_dim: int) -> np.ndarray:
+    b, t, a = x.shape
+    return x.reshape(b, t, a // head_dim, head_dim).transpose(0, 2, 1, 3)
+
+
+def _merge(x: np.ndarray) -> np.ndarray:
+    b, n, t, h = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, t, n * h)
+
+
+def forward(params: dict, hidden: np.ndarray, emb: np.ndarray, pos: np.ndarray, head_dim: int,
+            mask: np.ndarray) -> tuple[np.ndarray, Cache]:
+    """The layer's predicted features f (B, T, d) for inputs h (B, T, d), e (B, T, d)
+    at positions `pos` (B, T), attention limited by `mask` (T, T)."""
+    p = params
+    u = np.concatenate([hidden, emb], axis=-1)
+    x = u @ p["w_in"] + p["b_in"]
+    n1, xhat1, s1 = rms_norm(x, p["g1"])
+    cos, sin = rope_angles(pos, head_dim)
+    cos, sin = cos[:, None], sin[:, None]  # over heads
+    q = rope(_heads(n1 @ p["wq"], head_dim), cos, sin)
+    k = rope(_heads(n1 @ p["wk"], head_dim), cos, sin)
+    v = _heads(n1 @ p["wv"], head_dim)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(head_dim) + mask
+    scores -= scores.max(axis=-1, keepdims=True)
+    w = np.exp(scores)
+    w /= w.sum(axis=-1, keepdims=True)
+    att = _merge(w @ v)
+    x2 = x + att @ p["wo"]
+    n2, xhat2, s2 = rms_norm(x2, p["g2"])
+    z = n2 @ p["w1"]
+    a = z * sigmoid(z)
+    f = x2 + a @ p["w2"]
+    return f, Cache(u, x, (n1, xhat1, s1), q, k, v, w, att, x2, (n2, xhat2, s2), z, a, cos, sin)
+
+
+def backward(params: dict, c: Cache, df: np.ndarray, head_dim: int) -> dict[str, np.ndarray]:
+    """Gradients of the loss with respect to every parameter, from d loss / d f."""
+    p, g = params, {}
+    red = tuple(range(df.ndim - 1))
+
+    def lin(x, dy):  # d loss / d W of y = x · W, summed over every row
+        return x.reshape(-1, x.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
+
+    g["w2"] = lin(c.a, df)
+    sz = sigmoid(c.z)
+    dz = (df @ p["w2"].T) * sz * (1.0 + c.z * (1.0 - sz))
+    n2, xhat2, s2 = c.n2
+    g["w1"] = lin(n2, dz)
+    dx2, g["g2"] = rms_norm_back(dz @ p["w1"].T, xhat2, s2, p["g2"])
+    dx2 = dx2 + df
+    g["wo"] = lin(c.att, dx2)
+    datt = _heads(dx2 @ p["wo"].T, head_dim)
+    dw = datt @ c.v.transpose(0, 1, 3, 2)
+    dv = c.p.transpose(0, 1, 3, 2) @ datt
+    ds = c.p * (dw - np.sum(dw * c.p, axis=-1, keepdims=True)) / np.sqrt(head_dim)
+    dq = _merge(rope(ds @ c.k, c.cos, c.sin, inverse=True))
+    dk = _merge(rope(ds.transpose(0, 1, 3, 2) @ c.q, c.cos, c.sin, inverse=True))
+    dv = _merge(dv)
+    n1, xhat1, s1 = c.n1
+    g["wq"], g["wk"], g["wv"] = lin(n1, dq), lin(n1, dk), lin(n1, dv)
+    dn1 = dq @ p["wq"].T + dk @ p["wk"].T + dv @ p["wv"].T
+    dx, g["g1"] = rms_norm_back(dn1, xhat1, s1, p["g1"])
+    dx = dx + dx2
+    g["w_in"] = lin(c.u, dx)
+    g["b_in"] = np.sum(dx, axis=red)
+    return g
+
+
+def readout_loss(f: np.ndarray, out: np.ndarray, labels: np.ndarray, target: np.ndarray,
+                 feature_weight: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """Cross-entropy of logits f · outᵀ against `labels` (slots into out's rows;
+    -1: no label), plus feature_weight x the mean smooth-L1 of f - target.
+    Returns (loss, d loss / d f, the argmax slots)."""
+    logits = f @ out.T
+    top = logits.argmax(axis=-1)
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(logits)
+    prob = e / e.sum(axis=-1, keepdims=True)
+    has = labels >= 0
+    n = max(int(has.sum()), 1)
+    safe = np.where(has, labels, 0)
+    picked = np.take_along_axis(prob, safe[..., None], axis=-1)[..., 0]
+    ce = float(-np.sum(np.log(np.maximum(picked, 1e-30)) * has) / n)
+    dlog = prob
+    np.put_along_axis(dlog, safe[..., None], np.take_along_axis(dlog, safe[..., None], axis=-1) - 1.0, axis=-1)
+    dlog *= has[..., None] / n
+    df = dlog @ out
+    diff = f - target
+    ad = np.abs(diff)
+    m = diff.size
+    feat = float(np.sum(np.where(ad < 1.0, 0.5 * diff * diff, ad - 0.5)) / m)
+    df += feature_weight * np.clip(diff, -1.0, 1.0) / m
+    return ce + feature_weight * feat, df.astype(f.dtype, copy=False), top
+
+
+def loss_and_grads(params: dict, hidden, emb, pos, target, labels, out, *, head_dim: int, mask,
+                   feature_weight: float = 1.0) -> tuple[float, dict[str, np.ndarray], np.ndarray]:
+    """One batch: the loss, every parameter's gradient, and the argmax slots."""
+    f, cache = forward(params, hidden, emb, pos, head_dim, mask)
+    loss, df, top = readout_loss(f, out, labels, target, feature_weight)
+    return loss, backward(params, cache, df, head_dim), top

@@ -1,0 +1,76 @@
+"""The feature-level draft layer's hand-written gradients against finite differences."""
+
+import numpy as np
+import pytest
+
+from specgen.heads.layer import PARAMS, causal_mask, forward, init_params, loss_and_grads, readout_loss, rope, rope_angles
+
+
+def tiny(seed=0, d=8, attn=8, mlp=6, b=2, t=5, v=7):
+    rng = np.random.default_rng(seed)
+    params = {k: x.astype(np.float64) for k, x in init_params(d, attn, mlp, rng, np.float64).items()}
+    for k in ("wo", "w2"):  # full-size residual branches, so their gradients are not negligible
+        params[k] = params[k] * 10.0
+    params["g1"] += rng.standard_normal(d) * 0.3
+    params["g2"] += rng.standard_normal(d) * 0.3
+    batch = dict(hidden=rng.standard_normal((b, t, d)), emb=rng.standard_normal((b, t, d)),
+                 pos=np.arange(t)[None].repeat(b, 0) + np.array([[0], [3]]),
+                 target=rng.standard_normal((b, t, d)) * 0.5, labels=rng.integers(0, v, (b, t)),
+                 out=rng.standard_normal((v, d)))
+    batch["labels"][0, 1] = -1  # a row without a label
+    return params, batch
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_every_gradient_matches_finite_differences(window):
+    params, batch = tiny()
+    mask = causal_mask(5, window)
+    kw = dict(head_dim=4, mask=mask, feature_weight=0.7)
+    _, grads, _ = loss_and_grads(params, **batch, **kw)
+    rng = np.random.default_rng(1)
+    eps = 1e-6
+    for name in PARAMS:
+        assert grads[name].shape == params[name].shape, name
+        flat = params[name].reshape(-1)
+        for i in rng.choice(flat.size, size=min(6, flat.size), replace=False):
+            old = flat[i]
+            flat[i] = old + eps
+            up = loss_and_grads(params, **batch, **kw)[0]
+            flat[i] = old - eps
+            down = loss_and_grads(params, **batch, **kw)[0]
+            flat[i] = old
+            numeric = (up - down) / (2 * eps)
+            assert grads[name].reshape(-1)[i] == pytest.approx(numeric, rel=1e-5, abs=1e-8), (name, i)
+
+
+def test_attention_is_causal_and_within_its_window():
+    """A change at a later position never moves an earlier prediction; beyond the
+    window, none moves at all."""
+    params, batch = tiny()
+    mask = causal_mask(5, 2)
+    f, _ = forward(params, batch["hidden"], batch["emb"], batch["pos"], 4, mask)
+    moved = batch["hidden"].copy()
+    moved[:, 2] += 1.0
+    g, _ = forward(params, moved, batch["emb"], batch["pos"], 4, mask)
+    changed = np.abs(g - f).max(axis=(0, 2)) > 1e-12
+    assert changed.tolist() == [False, False, True, True, False]
+
+
+def test_rope_inverse_undoes_it_and_keeps_norms():
+    x = np.random.default_rng(2).standard_normal((3, 4, 8))
+    cos, sin = rope_angles(np.arange(4)[None].repeat(3, 0), 8)
+    y = rope(x, cos, sin)
+    assert np.allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1))
+    assert np.allclose(rope(y, cos, sin, inverse=True), x)
+    assert not np.allclose(y[:, 1:], x[:, 1:])  # position 0 alone is unrotated
+
+
+def test_the_readout_loss_is_cross_entropy_where_labels_are_and_nothing_elsewhere():
+    rng = np.random.default_rng(3)
+    f, out = rng.standard_normal((1, 2, 4)), rng.standard_normal((5, 4))
+    logits = f @ out.T
+    ce = -np.log(np.exp(logits[0, 0, 3]) / np.exp(logits[0, 0]).sum())
+    loss, df, top = readout_loss(f, out, np.array([[3, -1]]), f.copy(), feature_weight=5.0)
+    assert loss == pytest.approx(ce)  # the feature term is zero where f is the target
+    assert np.allclose(df[0, 1], 0.0)  # no label, no feature error: no gradient
+    assert top.tolist() == [logits[0].argmax(-1).tolist()]
