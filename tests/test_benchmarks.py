@@ -250,10 +250,20 @@ def smoke_real_pair(tmp_path):
     assert "geomean" in p.stdout and "k chosen, -d 0.5B (cost)" in p.stdout
 
 
+def smoke_feature_layer(tmp_path):
+    p = run(["feature_layer.py", "--attn", "60", "--head-dim", "8"], tmp_path)
+    assert p.returncode != 0 and "multiple of --head-dim" in p.stderr
+    p = ok(run(["feature_layer.py", "--collect-minutes", "0", "--train-minutes", "0", "--chunk", "64", "--attn", "64",
+                "--mlp", "64", "--limit", "1", "-n", "6", "-t", "1"], tmp_path, timeout=300))
+    assert "library text, held out: step-1 top-1" in p.stdout
+    assert "layer step-1" in p.stdout and "0.5B draft" in p.stdout and p.stdout.strip().splitlines()[-1].startswith("all")
+
+
 SMOKE = {
     "ab_versions.sh": smoke_ab_versions,
     "concurrency.py": smoke_concurrency,
     "core.py": smoke_core,
+    "feature_layer.py": smoke_feature_layer,
     "http_client.py": smoke_http_client,
     "heads.py": smoke_heads,
     "http_llama.py": smoke_http_llama,
