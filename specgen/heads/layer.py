@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specgen.heads.model import sigmoid, silu
+
 EPS = 1e-6
 PARAMS = ("w_in", "b_in", "g1", "wq", "wk", "wv", "wo", "g2", "w1", "w2")
 
@@ -67,10 +69,6 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, inverse: bool = False)
     if inverse:
         sin = -sin
     return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1).astype(x.dtype, copy=False)
-
-
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
 def causal_mask(t: int, window: int | None = None) -> np.ndarray:
@@ -133,7 +131,7 @@ def forward(params: dict, hidden: np.ndarray, emb: np.ndarray, pos: np.ndarray, 
     x2 = x + att @ p["wo"]
     n2, xhat2, s2 = rms_norm(x2, p["g2"])
     z = n2 @ p["w1"]
-    a = z * sigmoid(z)
+    a = silu(z)
     f = x2 + a @ p["w2"]
     return f, Cache(u, x, (n1, xhat1, s1), q, k, v, w, att, x2, (n2, xhat2, s2), z, a, cos, sin)
 

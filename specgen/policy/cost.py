@@ -323,8 +323,8 @@ class CostAware(Policy):
     def _catch_up_pays_back(self, acc: Acceptance, k: int, alphas: Sequence[float], rates: Sequence[float],
                             situation: Situation, chance: float | None) -> bool:
         """A round of k drafts, with the draft's cache caught up first, still
-        beats plain steps. The catch-up must pay back
-        within the rounds the estimate rests on: faded evidence promises few.
+        beats plain steps. The catch-up must pay back within the rounds the
+        estimate rests on: faded evidence promises few.
         A probe's (`chance`: the posterior's chance that drafting pays) is
         shared by those rounds only if its draw was right, else its own round
         bears it. Before any evidence (a first catch-up: a prompt the draft did
