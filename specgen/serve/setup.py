@@ -52,7 +52,7 @@ def open_serving(opts: ModelOptions, parallel: int, *, prompt_cache: bool = True
             raise SpecgenError(
                 f"--parallel {parallel} × {k + 1} verify rows exceed a batch of {target.n_batch} rows (lower -k or --parallel)"
             )
-        session.new_policy()  # measure costs now: measuring uses sequence 0
+        _on_a_passing_thread(session.new_policy)  # measure costs now: measuring uses sequence 0
     except BaseException:
         session.close()
         raise
@@ -74,6 +74,18 @@ def open_serving(opts: ModelOptions, parallel: int, *, prompt_cache: bool = True
                       new_policy=lambda: session.new_policy(shared=shared))
 
     return Serving(session, _model_id(session.target_path), parallel, new_server)
+
+
+def _on_a_passing_thread(fn) -> None:
+    """fn() on a thread that ends when it returns (its exception raised here).
+    llama.cpp's CPU backend keeps an OpenMP team for each thread that decodes; a
+    team left behind on this thread beside the engine thread's own makes libgomp
+    see more threads than cores and sleep at every barrier of every later pass
+    (docs/notes/2026-12-07-serving-threads.md)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specgen-measure") as pool:
+        pool.submit(fn).result()
 
 
 def _model_id(path: Path) -> str:
