@@ -122,22 +122,25 @@ class RowRecorder:
 class HiddenFakeEngine(FakeEngine):
     """A FakeEngine opened as with hidden=True: `hidden_at(seq, pos)` is the one-hot of the
     token at `pos` (n_embd = n_vocab), for the rows of the sequence's last decode with
-    outputs while they stay cached, as the real engine keeps them; None otherwise."""
+    outputs (and `hidden_history` rows of the decodes right before it, without a gap)
+    while they stay cached, as the real engine keeps them; None otherwise."""
 
     def __init__(self, table: np.ndarray, **kw) -> None:
         super().__init__(table, **kw)
         self.n_embd = self.n_vocab
         self._hid: dict[int, tuple[int, int]] = {}  # seq -> (first position, rows) of its last decode with outputs
         self.hidden_reads: list[tuple[int, int]] = []  # (seq, pos) asked for
+        self.hidden_history = 0
 
     def decode_batch(self, parts):
         starts = {s: len(self.kv.get(s, [])) for s, _, _ in parts}
         out = super().decode_batch(parts)
         for s, t, n in parts:
+            self._trim(s, starts[s])
             if n:
-                self._hid[s] = (starts[s] + len(t) - n, n)
-            elif s in self._hid:
-                self._trim(s, starts[s])
+                first, (old_first, old_rows) = starts[s] + len(t) - n, self._hid.get(s, (0, 0))
+                keep = min(old_rows, self.hidden_history) if old_rows and old_first + old_rows == first else 0
+                self._hid[s] = (first - keep, n + keep)
         return out
 
     def truncate(self, seq: int, n: int) -> None:

@@ -55,6 +55,35 @@ def test_rollback_and_new_decodes_drop_stale_rows(hidden_engine):
     assert np.allclose(e.hidden_at(0, n - 2), before, atol=1e-3)
 
 
+@pytest.mark.parametrize("history", [0, 3])
+def test_earlier_decodes_rows_are_kept_within_the_history(hidden_engine, history):
+    """hidden_history rows of earlier decodes stay beside the last one's where the
+    decodes run on without a gap (a draft layer reads the rows of steps it sat out);
+    a gap (a decode without outputs) and a rollback drop them."""
+    e = hidden_engine
+    toks = e.tokenize("One two three four five six seven")
+    n = len(toks)
+    e.hidden_history = history
+    try:
+        e.truncate(0, 0)
+        e.decode(0, toks[:n - 2], n - 2)
+        first = [e.hidden_at(0, p).copy() for p in range(n - 2)]
+        e.decode(0, toks[n - 2:n - 1], 1)
+        e.decode(0, toks[n - 1:], 1)
+        kept = [p for p in range(n) if e.hidden_at(0, p) is not None]
+        assert kept == list(range(n - 2 - max(history - 1, 0) if history else n - 1, n))
+        for p in kept:
+            if p < n - 2:
+                assert np.array_equal(e.hidden_at(0, p), first[p])
+        e.truncate(0, n - 1)  # the last position leaves: its row and none before it
+        assert e.hidden_at(0, n - 1) is None and (e.hidden_at(0, n - 2) is not None) == (history > 0)
+        e.decode(0, toks[n - 1:], 0)  # a gap: no outputs
+        e.decode(0, e.tokenize(" eight", add_special=False), 1)
+        assert [p for p in range(n + 1) if e.hidden_at(0, p) is not None] == [n]
+    finally:
+        e.hidden_history = 0
+
+
 def test_sequences_keep_their_own_rows(hidden_engine):
     e = hidden_engine
     a, b = e.tokenize("Red green blue"), e.tokenize("Cats and dogs and birds")

@@ -165,6 +165,9 @@ class Engine:
         # last decode with outputs (copies), while those positions stay cached
         self._hid: list[tuple[int, np.ndarray] | None] = [None] * n_seq_max
         self._embd_on = hidden  # llama.cpp's embeddings flag (decode_batch turns it per decode)
+        # rows of earlier decodes kept besides the last one's, where they run on
+        # without a gap (a draft layer reads the rows of the plain steps it sat out)
+        self.hidden_history = 0
 
     @classmethod
     def vocab(cls, path: str | Path) -> "Engine":
@@ -390,7 +393,12 @@ class Engine:
             start = len(self._kv[seq])  # before this decode's tokens are counted
             self._trim_hidden(seq, start)
             if n and allrows is not None:
-                self._hid[seq] = (start + len(tokens) - n, allrows[r : r + n].copy())
+                first, rows, kept = start + len(tokens) - n, allrows[r : r + n], self._hid[seq]
+                if kept is not None and self.hidden_history and kept[0] + len(kept[1]) == first:
+                    old = kept[1][-self.hidden_history :]  # earlier decodes' rows, right before these
+                    self._hid[seq] = (first - len(old), np.concatenate([old, rows]))
+                else:
+                    self._hid[seq] = (first, rows.copy())
             r += n
 
     def _trim_hidden(self, seq: int, n: int) -> None:
@@ -402,8 +410,9 @@ class Engine:
     def hidden_at(self, seq: int, pos: int) -> np.ndarray | None:
         """The final hidden state (n_embd floats, after the output norm: the logits are
         the output matrix times it) of the row at `pos` of `seq`, when the sequence's
-        last decode with outputs computed that row and the position is still cached;
-        None otherwise (or without hidden=True)."""
+        last decode with outputs computed that row (or, within `hidden_history` rows
+        before it, an earlier decode that ran on up to it) and the position is still
+        cached; None otherwise (or without hidden=True)."""
         kept = self._hid[seq] if self.hidden else None
         if kept is None:
             return None
