@@ -74,3 +74,28 @@ def test_the_readout_loss_is_cross_entropy_where_labels_are_and_nothing_elsewher
     assert loss == pytest.approx(ce)  # the feature term is zero where f is the target
     assert np.allclose(df[0, 1], 0.0)  # no label, no feature error: no gradient
     assert top.tolist() == [logits[0].argmax(-1).tolist()]
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_extending_position_by_position_is_the_forward_pass_over_the_whole(window):
+    """Drafting runs the layer a few positions at a time over its cache; the features
+    are those of one forward pass over the whole sequence (the same mask), and a
+    thrown-away draft leaves the cache as it was."""
+    from specgen.heads.layer import Kv, extend
+
+    params, batch = tiny(t=9)
+    h, e, pos = batch["hidden"][1:], batch["emb"][1:], batch["pos"][1:]
+    t = h.shape[1]
+    whole, _ = forward(params, h, e, pos, 4, causal_mask(t, window))
+    kv, parts = Kv.empty(params, 4), []
+    for a, b in [(0, 4), (4, 5), (5, 7), (7, 9)]:
+        f, kv2 = extend(params, kv, h[0, a:b], e[0, a:b], pos[0, a:b], 4, window)
+        if b < t:  # a draft of the next positions, thrown away
+            extend(params, kv2, h[0, b:b + 2] + 5.0, e[0, b:b + 2], pos[0, b:b + 2], 4, window)
+        assert len(kv2) == b and len(kv) == a
+        parts.append(f)
+        kv = kv2
+    np.testing.assert_allclose(np.concatenate(parts), whole[0], rtol=1e-10, atol=1e-12)
+    if window:  # the window's own cache holds enough
+        f, _ = extend(params, kv.keep(8).last(window - 1), h[0, 8:9], e[0, 8:9], pos[0, 8:9], 4, window)
+        np.testing.assert_allclose(f, whole[0, 8:9], rtol=1e-10, atol=1e-12)

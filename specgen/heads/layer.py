@@ -17,11 +17,15 @@ feature regression EAGLE found carries the later positions.
 
 `forward` keeps what `backward` needs; `loss_and_grads` is the two together.
 Shapes: a batch of B sequences of T positions; attention heads of `head_dim`.
+`extend` is the same layer over one sequence a few positions at a time, over its
+attention cache (`Kv`): what drafting runs. `FeatureLayer` is a trained layer for
+one target, kept in a heads file of kind "layer" (specgen.heads.model).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -202,3 +206,150 @@ def loss_and_grads(params: dict, hidden, emb, pos, target, labels, out, *, head_
     f, cache = forward(params, hidden, emb, pos, head_dim, mask)
     loss, df, top = readout_loss(f, out, labels, target, feature_weight)
     return loss, backward(params, cache, df, head_dim), top
+
+
+# -- drafting: the layer over one sequence, position after position ----------------------
+
+
+@dataclass
+class Kv:
+    """One sequence's attention cache in the layer: keys (after RoPE) and values,
+    (heads, n, head_dim), of the positions `pos` (n,), increasing."""
+
+    k: np.ndarray
+    v: np.ndarray
+    pos: np.ndarray
+
+    @classmethod
+    def empty(cls, params: dict, head_dim: int) -> "Kv":
+        heads, dtype = params["wk"].shape[1] // head_dim, params["wk"].dtype
+        return cls(np.zeros((heads, 0, head_dim), dtype), np.zeros((heads, 0, head_dim), dtype), np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def keep(self, n: int) -> "Kv":
+        """The cache of its first n positions."""
+        return Kv(self.k[:, :n], self.v[:, :n], self.pos[:n])
+
+    def last(self, n: int) -> "Kv":
+        """The cache of its last n positions (a window's)."""
+        return self if len(self) <= n else Kv(self.k[:, -n:], self.v[:, -n:], self.pos[-n:])
+
+
+def extend(params: dict, kv: Kv, hidden: np.ndarray, emb: np.ndarray, pos: np.ndarray, head_dim: int,
+           window: int | None = None) -> tuple[np.ndarray, Kv]:
+    """The features f (n, d) of n new positions `pos` (after every position of `kv`),
+    each attending over the cache and the new positions up to itself (within
+    `window` positions), and the cache with them appended; `kv` itself is left as
+    it was, so a draft's positions are thrown away by keeping the old one. The
+    same function as `forward` over the whole sequence."""
+    p = params
+    x = np.concatenate([hidden, emb], axis=-1) @ p["w_in"] + p["b_in"]
+    n1 = rms_norm(x, p["g1"])[0]
+    cos, sin = rope_angles(np.asarray(pos), head_dim)
+    q = rope(_heads(n1[None] @ p["wq"], head_dim)[0], cos, sin)
+    k = np.concatenate([kv.k, rope(_heads(n1[None] @ p["wk"], head_dim)[0], cos, sin)], axis=1)
+    v = np.concatenate([kv.v, _heads(n1[None] @ p["wv"], head_dim)[0]], axis=1)
+    allpos = np.concatenate([kv.pos, np.asarray(pos, np.int64)])
+    ok = allpos[None, :] <= np.asarray(pos)[:, None]
+    if window:
+        ok &= np.asarray(pos)[:, None] - allpos[None, :] < window
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(head_dim) + np.where(ok, 0.0, -np.inf)
+    scores -= scores.max(axis=-1, keepdims=True)
+    w = np.exp(scores)
+    w /= w.sum(axis=-1, keepdims=True)
+    x2 = x + (w @ v).transpose(1, 0, 2).reshape(len(x), p["wo"].shape[0]) @ p["wo"]
+    f = x2 + silu(rms_norm(x2, p["g2"])[0] @ p["w1"]) @ p["w2"]
+    return f.astype(x.dtype, copy=False), Kv(k, v, allpos)
+
+
+# -- a trained layer and its file ----------------------------------------------------------
+
+
+def embed_rows(model_path, tokens, cache: dict) -> np.ndarray:
+    """tokens.shape + (d,): each token's row of the target's output matrix (its input
+    embedding where tied) at unit RMS, read from the GGUF at `model_path` once per
+    token (kept in `cache`)."""
+    from specgen.heads.collect import output_rows
+
+    tokens = np.asarray(tokens)
+    new = sorted({int(t) for t in np.unique(tokens)} - cache.keys())
+    if new:
+        rows = output_rows(model_path, np.asarray(new))
+        rows /= np.sqrt(np.mean(rows ** 2, axis=1, keepdims=True)) + 1e-6
+        cache.update(zip(new, rows))
+    if tokens.size == 0:
+        return np.zeros((*tokens.shape, 0), np.float32)
+    return np.stack([cache[int(t)] for t in tokens.reshape(-1)]).reshape(*tokens.shape, -1)
+
+
+@dataclass
+class FeatureLayer:
+    """A trained layer for one target: its parameters, the readout (the target's output
+    matrix rows `ids`), its attention's head width and window, and the longest draft
+    it makes (`n_heads`, as heads call it). `model_path`: the target's GGUF, whose
+    output rows (unit RMS) embed the tokens it reads (set when opened for a target)."""
+
+    kind: ClassVar[str] = "layer"
+    params: dict
+    ids: np.ndarray
+    out: np.ndarray
+    n_vocab: int
+    target: str
+    head_dim: int = 64
+    window: int = 255
+    n_heads: int = 6
+    info: dict = field(default_factory=dict)
+    model_path: str | None = None
+
+    def __post_init__(self) -> None:
+        self.params = {k: np.ascontiguousarray(self.params[k], dtype=np.float32) for k in PARAMS}
+        self.ids = np.asarray(self.ids, dtype=np.int32)
+        self.out = np.ascontiguousarray(self.out, dtype=np.float32)
+        self._rows: dict[int, np.ndarray] = {}
+
+    @property
+    def n_embd(self) -> int:
+        return self.out.shape[1]
+
+    def embed(self, tokens) -> np.ndarray:
+        """(n, d): the tokens' embeddings (`embed_rows` of `model_path`)."""
+        return embed_rows(self.model_path, tokens, self._rows).reshape(-1, self.n_embd)
+
+    def run(self, kv: Kv, hidden: np.ndarray, tokens, pos) -> tuple[np.ndarray, Kv]:
+        """`extend` with this layer's parameters: features of the positions `pos` that read
+        `hidden` and the embeddings of `tokens`."""
+        return extend(self.params, kv, hidden, self.embed(tokens), np.asarray(pos, np.int64), self.head_dim, self.window)
+
+    # one sequence without context, as heads step (specgen.heads.model.time_heads times a round so)
+    def begin(self, hidden: np.ndarray, last) -> tuple:
+        return Kv.empty(self.params, self.head_dim), np.asarray(hidden, np.float32)[:1], last, 0
+
+    def step(self, state, i: int) -> tuple[np.ndarray, tuple]:
+        kv, h, last, pos = state
+        f, kv = self.run(kv, h, np.asarray(last).reshape(-1)[:1], [pos])
+        return f @ self.out.T, (kv, f, None, pos + 1)
+
+    def advance(self, state, chosen) -> tuple:
+        kv, f, _, pos = state
+        return kv, f, chosen, pos
+
+    # -- the file (a heads file of kind "layer") --------------------------------------------
+    def save(self, path) -> None:
+        from pathlib import Path
+
+        from specgen.heads.model import FORMAT_VERSION, write_npz
+
+        meta = {"format": "specgen-heads", "version": FORMAT_VERSION, "kind": self.kind, "target": self.target,
+                "n_vocab": int(self.n_vocab), "n_heads": int(self.n_heads), "head_dim": int(self.head_dim),
+                "window": int(self.window), "info": self.info}
+        arrays = {"ids": self.ids, "out": self.out.astype(np.float16),
+                  **{f"p_{k}": self.params[k].astype(np.float16) for k in PARAMS}}
+        write_npz(Path(path), arrays, meta)
+
+    @classmethod
+    def from_file(cls, meta: dict, z) -> "FeatureLayer":
+        return cls({k: z[f"p_{k}"] for k in PARAMS}, z["ids"], z["out"], int(meta["n_vocab"]), meta["target"],
+                   head_dim=int(meta["head_dim"]), window=int(meta["window"]), n_heads=int(meta["n_heads"]),
+                   info=meta.get("info", {}))

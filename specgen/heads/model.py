@@ -209,6 +209,13 @@ def save_heads(heads: Heads, path) -> None:
         arrays[f"b1_{i}"] = heads.b1[i]
     if heads.oov is not None:
         arrays["oov"] = heads.oov
+    write_npz(path, arrays)
+
+
+def write_npz(path: Path, arrays: dict, meta: dict | None = None) -> None:
+    """Write `arrays` (and `meta` as the JSON header) to the npz at `path`, atomically."""
+    if meta is not None:
+        arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -225,8 +232,8 @@ def read_meta(path) -> dict:
     return _open(Path(path))[0]
 
 
-def load_heads(path, target_identity: str | None) -> Heads:
-    """The heads in `path`, refused (one SpecgenError line) when missing, damaged, of another format
+def load_heads(path, target_identity: str | None):
+    """The heads in `path` (Heads, or a FeatureLayer for kind "layer"), refused (one SpecgenError line) when missing, damaged, of another format
     version, or trained for another target than `target_identity` (None: any target)."""
     path = Path(path)
     meta, z = _open(path)
@@ -234,6 +241,10 @@ def load_heads(path, target_identity: str | None) -> Heads:
         raise SpecgenError(f"heads file {path} was trained for another model ({meta['target']}, "
                            f"not {target_identity}): train heads for this one with `specgen heads train`")
     try:
+        if meta["kind"] == "layer":
+            from specgen.heads.layer import FeatureLayer
+
+            return FeatureLayer.from_file(meta, z)
         n = int(meta["n_heads"])
         return Heads(kind=meta["kind"], ids=z["ids"], n_vocab=int(meta["n_vocab"]), target=meta["target"],
                      out=z["out"], w1=[z[f"w1_{i}"] for i in range(n)], b1=[z[f"b1_{i}"] for i in range(n)],
