@@ -376,7 +376,10 @@ def open_heads(ref: str, target_path: Path, model_ref: str | None = None):
                                f"(train them: specgen heads train -m {model})")
     else:
         path = Path(ref).expanduser()
-    return load_heads(path, identity)
+    heads = load_heads(path, identity)
+    if heads.kind == "layer":  # it embeds tokens with the target's own rows
+        heads.model_path = str(target_path)
+    return heads
 
 
 def auto_draft(opts: ModelOptions, catalog: Catalog) -> str | None:

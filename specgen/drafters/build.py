@@ -44,7 +44,12 @@ def build_drafter(opts: DrafterOptions, target=None, draft: OpenedDraft | None =
     if opts.kind is Kind.HEADS:
         if heads is None or target is None:
             raise ValueError("a heads drafter needs the target and the loaded heads")
-        model: Drafter = HeadsDrafter(target, heads)
+        if heads.kind == "layer":  # a feature-level layer (specgen.heads.layer.FeatureLayer)
+            from specgen.drafters.layer import LayerDrafter
+
+            model: Drafter = LayerDrafter(target, heads)
+        else:
+            model = HeadsDrafter(target, heads)
     elif draft is None or target is None:
         raise ValueError("a model drafter needs the target and an opened draft model")
     elif draft.same_vocab:
