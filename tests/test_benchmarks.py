@@ -253,10 +253,13 @@ def smoke_real_pair(tmp_path):
 def smoke_feature_layer(tmp_path):
     p = run(["feature_layer.py", "--attn", "60", "--head-dim", "8"], tmp_path)
     assert p.returncode != 0 and "multiple of --head-dim" in p.stderr
-    p = ok(run(["feature_layer.py", "--collect-minutes", "0", "--train-minutes", "0", "--chunk", "64", "--attn", "64",
-                "--mlp", "64", "--limit", "1", "-n", "6", "-t", "1"], tmp_path, timeout=300))
-    assert "library text, held out: step-1 top-1" in p.stdout
+    small = ["--collect-minutes", "0", "--train-minutes", "0", "--chunk", "64", "--attn", "64", "--mlp", "64",
+             "--limit", "1", "-n", "6", "-t", "1"]
+    p = ok(run(["feature_layer.py", *small, "--source", "library"], tmp_path, timeout=300))
+    assert "library, held out: step-1 top-1" in p.stdout
     assert "layer step-1" in p.stdout and "0.5B draft" in p.stdout and p.stdout.strip().splitlines()[-1].startswith("all")
+    p = ok(run(["feature_layer.py", *small, "--reply-tokens", "8"], tmp_path, timeout=300))
+    assert re.search(r"the draft replied to \d+ seed prompts", p.stdout) and "replies, held out: step-1" in p.stdout
 
 
 SMOKE = {
