@@ -6,8 +6,10 @@ Qwen2.5-Coder 1.5B Instruct drafted by its 0.5B (the catalog's pair
      list, SQL, edits, grounded QA; none of the bundled ones) through the chat
      template, greedy: plain against the default (prompt lookup, cost policy),
      the draft model under the cost policy (lookup alongside, as `-d` runs), and
-     the draft model at a fixed k; per request the decode speedup over plain,
-     whether the text equals plain's, and each configuration's k histogram;
+     the draft model at a fixed k (and with --heads FILE a trained draft layer,
+     alone and with lookup alongside); per request the decode speedup over plain,
+     whether the text equals plain's, and each configuration's k histogram and
+     acceptance (by draft position);
   2. `specgen rewrite` of benchmarks/prompts/inventory.py (108 lines) by an
      instruction, plain against the default: decode tok/s, wall time, the share
      of the output from drafts, and whether both outputs are the same bytes.
@@ -73,12 +75,17 @@ def models(f16: bool) -> tuple[str, str]:
     return str(target), str(draft)
 
 
-def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, threads: int, limit: int | None):
+def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, threads: int, limit: int | None,
+               layer: str | None = None):
     from specgen.api import run_bench
 
-    configs = ["lookup:policy=cost", f"draft={draft}:policy=cost", f"draft={draft}:k={fixed_k}"]
-    names = ["default (lookup)", "-d 0.5B (cost)", f"-d 0.5B k={fixed_k}"]
-    keys = ["lookup", "draft", "draft_fixed"]  # each configuration's figure in the medians (llama_part reads them)
+    configs = ["lookup:policy=cost", f"draft={draft}:policy=cost"] + [f"draft={draft}:k={fixed_k}"] * (fixed_k > 0)
+    names = ["default (lookup)", "-d 0.5B (cost)"] + [f"-d 0.5B k={fixed_k}"] * (fixed_k > 0)
+    keys = ["lookup", "draft", "draft_fixed"][:len(configs)]  # each one's figure in the medians (llama_part reads them)
+    if layer:  # a trained draft layer (a heads file): alone under the cost policy, then with lookup alongside
+        configs += [f"heads={layer}:policy=cost,lookup=off", f"heads={layer}:policy=cost"]
+        names += ["layer (cost)", "layer + lookup"]
+        keys += ["layer", "layer_lookup"]
     result = run_bench(REQUESTS, configs, model=target, max_tokens=n, repeats=repeats, threads=threads, limit=limit)
     ids = [r["id"] for r in result.records]
     cfgs = result.configs
@@ -88,6 +95,8 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
     ratios = {c: [] for c in cfgs[1:]}
     hists = {c: collections.Counter() for c in cfgs[1:]}
     differs = {c: 0 for c in cfgs[1:]}
+    counts = {c: [0, 0] for c in cfgs[1:]}  # drafted, accepted
+    positions = {c: collections.defaultdict(list) for c in cfgs[1:]}  # acceptance at each draft position, per run
     for rec in result.records:
         by = collections.defaultdict(list)
         for run in rec["runs"]:
@@ -103,6 +112,10 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
             differs[c] += not same
             for r in by[c]:
                 hists[c].update({int(k): v for k, v in r["k_hist"].items()})
+                counts[c][0] += r.get("drafted") or 0
+                counts[c][1] += r.get("accepted") or 0
+                for i, a in enumerate(r.get("per_position") or []):
+                    positions[c][i].append(a)
             cells.append(f"{tps / plain:>16.2f}x{' ' if same else '*'}")
         print(f"{rec['id']:<10} {plain:>11.1f} " + " ".join(cells))
     print(f"{'geomean':<10} {'':>11} " + " ".join(
@@ -111,7 +124,13 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
     print("decode tok/s, median of repeats, as a multiple of plain's; * = greedy text differs from plain's")
     for c, nm in zip(cfgs[1:], names):
         hist = " ".join(f"{k}:{v}" for k, v in sorted(hists[c].items()))
-        print(f"k chosen, {nm}: {hist}  (texts differing from plain: {differs[c]} of {len(ids)})")
+        drafted, accepted = counts[c]
+        rate = f"{accepted / drafted:.2f}" if drafted else "-"
+        print(f"k chosen, {nm}: {hist}  (texts differing from plain: {differs[c]} of {len(ids)}; "
+              f"drafted {drafted}, accepted {accepted}, acceptance {rate})")
+        if positions[c]:
+            print(f"  acceptance at draft position 1, 2, ... (mean of runs): "
+                  + " ".join(f"{statistics.fmean(v):.2f}" for _, v in sorted(positions[c].items())))
     return medians
 
 
@@ -204,7 +223,9 @@ def main() -> None:
     ap.add_argument("--f16", action="store_true", help="an F16 copy of the target (cheap rows)")
     ap.add_argument("-n", type=int, default=96, help="tokens per request")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--fixed-k", type=int, default=3)
+    ap.add_argument("--fixed-k", type=int, default=3, help="the draft model's fixed k (0: leave it out)")
+    ap.add_argument("--heads", default="", help="a draft layer's (or heads') file: add it alone under the cost "
+                    "policy and with lookup alongside")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="only the first N requests")
     ap.add_argument("--parts", default="bench,rewrite", help="bench, rewrite and/or llama (llama.cpp's tools "
@@ -225,7 +246,8 @@ def main() -> None:
           f"{args.n} tokens · {args.repeats} repeats")
     ours = None
     if "bench" in parts:
-        ours = bench_part(target, draft, args.n, args.repeats, args.fixed_k, args.threads, args.limit)
+        ours = bench_part(target, draft, args.n, args.repeats, args.fixed_k, args.threads, args.limit,
+                          args.heads or None)
         if args.medians:
             Path(args.medians).write_text(json.dumps(ours))
     elif args.medians:

@@ -96,6 +96,10 @@ def test_extending_position_by_position_is_the_forward_pass_over_the_whole(windo
         parts.append(f)
         kv = kv2
     np.testing.assert_allclose(np.concatenate(parts), whole[0], rtol=1e-10, atol=1e-12)
+    f, kv3 = extend(params, Kv.empty(params, 4), h[0, :6], e[0, :6], pos[0, :6], 4, window, last_only=True)
+    np.testing.assert_allclose(f, whole[0, 5:6], rtol=1e-10, atol=1e-12)  # the last alone, the cache whole
+    np.testing.assert_allclose(extend(params, kv3, h[0, 6:9], e[0, 6:9], pos[0, 6:9], 4, window)[0], whole[0, 6:9],
+                               rtol=1e-10, atol=1e-12)
     if window:  # the window's own cache holds enough
         f, _ = extend(params, kv.keep(8).last(window - 1), h[0, 8:9], e[0, 8:9], pos[0, 8:9], 4, window)
         np.testing.assert_allclose(f, whole[0, 8:9], rtol=1e-10, atol=1e-12)

@@ -101,13 +101,13 @@ class LayerDrafter(Drafter):
             kv, read = Kv.empty(self.layer.params, self.layer.head_dim), []
         pos = np.arange(p + 1, last + 1)
         toks = [int(context[q + 1]) for q in pos]
-        feats, kv = self.layer.run(kv, np.stack(rows[::-1]), toks, pos)
+        f, kv = self.layer.run(kv, np.stack(rows[::-1]), toks, pos)
         self.steps += len(pos)
         read = read + toks
         if len(kv) > window:
             kv, read = kv.last(window), read[-window:]
-        self._state[seq] = (kv, read, feats[-1:])
-        return feats[-1:]
+        self._state[seq] = (kv, read, f)
+        return f
 
     def _draft(self, w: Want, f: np.ndarray, k: int) -> Draft:
         """k tokens from the feature at n-2, the layer run on over a throwaway copy of the cache."""

@@ -238,23 +238,28 @@ class Kv:
 
 
 def extend(params: dict, kv: Kv, hidden: np.ndarray, emb: np.ndarray, pos: np.ndarray, head_dim: int,
-           window: int | None = None) -> tuple[np.ndarray, Kv]:
+           window: int | None = None, last_only: bool = False) -> tuple[np.ndarray, Kv]:
     """The features f (n, d) of n new positions `pos` (after every position of `kv`),
     each attending over the cache and the new positions up to itself (within
     `window` positions), and the cache with them appended; `kv` itself is left as
     it was, so a draft's positions are thrown away by keeping the old one. The
-    same function as `forward` over the whole sequence."""
+    same function as `forward` over the whole sequence. `last_only`: the feature
+    of the last new position alone (1, d); the others only enter the cache (their
+    keys and values need no attention, MLP or readout: a catch-up's)."""
     p = params
+    pos = np.asarray(pos, np.int64)
     x = np.concatenate([hidden, emb], axis=-1) @ p["w_in"] + p["b_in"]
     n1 = rms_norm(x, p["g1"])[0]
-    cos, sin = rope_angles(np.asarray(pos), head_dim)
-    q = rope(_heads(n1[None] @ p["wq"], head_dim)[0], cos, sin)
+    cos, sin = rope_angles(pos, head_dim)
     k = np.concatenate([kv.k, rope(_heads(n1[None] @ p["wk"], head_dim)[0], cos, sin)], axis=1)
     v = np.concatenate([kv.v, _heads(n1[None] @ p["wv"], head_dim)[0]], axis=1)
-    allpos = np.concatenate([kv.pos, np.asarray(pos, np.int64)])
-    ok = allpos[None, :] <= np.asarray(pos)[:, None]
+    allpos = np.concatenate([kv.pos, pos])
+    if last_only:
+        x, n1, pos, cos, sin = x[-1:], n1[-1:], pos[-1:], cos[-1:], sin[-1:]
+    q = rope(_heads(n1[None] @ p["wq"], head_dim)[0], cos, sin)
+    ok = allpos[None, :] <= pos[:, None]
     if window:
-        ok &= np.asarray(pos)[:, None] - allpos[None, :] < window
+        ok &= pos[:, None] - allpos[None, :] < window
     scores = q @ k.transpose(0, 2, 1) / np.sqrt(head_dim) + np.where(ok, 0.0, -np.inf)
     scores -= scores.max(axis=-1, keepdims=True)
     w = np.exp(scores)
@@ -318,9 +323,11 @@ class FeatureLayer:
         return embed_rows(self.model_path, tokens, self._rows).reshape(-1, self.n_embd)
 
     def run(self, kv: Kv, hidden: np.ndarray, tokens, pos) -> tuple[np.ndarray, Kv]:
-        """`extend` with this layer's parameters: features of the positions `pos` that read
-        `hidden` and the embeddings of `tokens`."""
-        return extend(self.params, kv, hidden, self.embed(tokens), np.asarray(pos, np.int64), self.head_dim, self.window)
+        """`extend` with this layer's parameters: the feature of the last of the positions
+        `pos` that read `hidden` and the embeddings of `tokens` (1, d), and the cache with
+        them all."""
+        return extend(self.params, kv, hidden, self.embed(tokens), np.asarray(pos, np.int64), self.head_dim,
+                      self.window, last_only=True)
 
     # one sequence without context, as heads step (specgen.heads.model.time_heads times a round so)
     def begin(self, hidden: np.ndarray, last) -> tuple:
