@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from specgen.cli import render
+from specgen.errors import SpecgenError
 from specgen.cli.options import JsonOpt, ModelOpt, ThreadsOpt
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
@@ -63,9 +64,10 @@ class TrainProgress:
 def train(
     texts: TextsArg = None,
     model: ModelOpt = None,
-    kind: Annotated[str, typer.Option("--kind", help="medusa (independent heads) or hydra (each head sees the token drafted before it).")] = "hydra",
+    kind: Annotated[str, typer.Option("--kind", help="medusa (independent heads), hydra (each head sees the token drafted before it) or layer (a feature-level draft layer, EAGLE-style: attention over its own features, autoregressive; trained on replies to the seeds, read back through the target).")] = "hydra",
+    draft: Annotated[str | None, typer.Option("-d", "--draft", help="layer: the model that writes the replies it trains on (same vocabulary as the target; several times faster). Default: the target itself.")] = None,
     n_heads: Annotated[int, typer.Option("--n-heads", help="Heads: tokens drafted per round at most.")] = 4,
-    vocab: Annotated[int, typer.Option("--vocab", help="Restricted vocabulary: the most frequent labels, at most this many.")] = 2048,
+    vocab: Annotated[int | None, typer.Option("--vocab", help="Restricted vocabulary: the most frequent labels, at most this many (default: 2048 for heads, 4096 for a layer).", show_default=False)] = None,
     width: Annotated[int, typer.Option("--width", help="Each head's hidden width.")] = 128,
     minutes: Annotated[float, typer.Option("--minutes", help="Time budget for data and training together.")] = 15.0,
     seqs: Annotated[int, typer.Option("--seqs", help="Sequences generated at once while collecting data.")] = 16,
@@ -81,7 +83,11 @@ def train(
     from specgen.heads.fit import TrainOptions, check_options, open_target, train_heads
     from specgen.models.registry import resolve_model
 
-    opts = TrainOptions(kind=kind, n_heads=n_heads, vocab=vocab, width=width, minutes=minutes, n_seq=seqs,
+    if kind == "layer":
+        return _train_layer(texts, model, draft, n_heads, vocab, minutes, out, threads, json_out, resume)
+    if draft is not None:
+        raise SpecgenError("-d/--draft writes the replies of --kind layer only")
+    opts = TrainOptions(kind=kind, n_heads=n_heads, vocab=2048 if vocab is None else vocab, width=width, minutes=minutes, n_seq=seqs,
                         text_share=text_share, round_share=round_share)
     check_options(opts)
     path = resolve_model(model)
@@ -105,6 +111,44 @@ def train(
         con.print(f"a round of the heads: {s.timing['heads_round_ms']:.2f} ms, "
                   f"{s.timing['heads_round_ms'] / s.timing['target_pass_ms']:.1%} of a one-row target pass", soft_wrap=True)
     con.print(str(s.path), soft_wrap=True)
+
+
+def _train_layer(texts, model, draft, n_heads, vocab, minutes, out, threads, json_out, resume) -> None:
+    """`train --kind layer` (specgen.heads.layer_fit): --n-heads is its longest draft, --vocab its readout."""
+    from specgen.engine.llama import Engine
+    from specgen.heads.collect import seeds_from_files
+    from specgen.heads.layer_fit import LayerOptions, check_layer_options, train_layer
+    from specgen.models.registry import resolve_model
+    from specgen.models.vocab import require_compatible
+
+    if resume:
+        raise SpecgenError("--resume continues heads, not a layer: train the layer again")
+    opts = LayerOptions(minutes=minutes, n_heads=n_heads, vocab=4096 if vocab is None else vocab)
+    check_layer_options(opts)
+    path = resolve_model(model)
+    seeds = [t for _, t in seeds_from_files(texts)] if texts else []
+    con = render.stderr_console()
+    n_ctx = max(1024, opts.reply_tokens + 768)
+    with Engine(path, n_ctx=n_ctx, n_threads=threads, hidden=True, n_batch=n_ctx) as engine:
+        writer = Engine(resolve_model(draft), n_ctx=n_ctx, n_threads=threads) if draft else None
+        try:
+            if writer is not None:
+                require_compatible(engine, writer)
+            with TrainProgress(con) as progress:
+                s = train_layer(engine, path, opts, writer=writer, seeds=seeds, out=out, on_progress=progress)
+        finally:
+            if writer is not None:
+                writer.close()
+    if json_out:
+        sys.stdout.write(json.dumps(s) + "\n")
+        return
+    top = " ".join("-" if x is None else f"{x:.2f}" for x in s["heldout"]["top1"])
+    stop = " (interrupted: saved what was trained)" if s["interrupted"] else ""
+    con.print(f"draft layer for {s['target']}: held-out top-1 at draft steps 1, 2 {top} "
+              f"({s['heldout']['positions']} positions); readout {s['vocab']} ids covering {s['covered']:.1%} of labels; "
+              f"{s['positions']} training positions from {s['replies']} replies by the {s['writer']}, "
+              f"{s['steps']} steps, {s['seconds']:.0f} s{stop}", soft_wrap=True)
+    con.print(s["path"], soft_wrap=True)
 
 
 @app.command("show")

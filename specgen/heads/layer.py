@@ -237,18 +237,24 @@ class Kv:
         return self if len(self) <= n else Kv(self.k[:, -n:], self.v[:, -n:], self.pos[-n:])
 
 
-def extend(params: dict, kv: Kv, hidden: np.ndarray, emb: np.ndarray, pos: np.ndarray, head_dim: int,
-           window: int | None = None, last_only: bool = False) -> tuple[np.ndarray, Kv]:
+def extend(params: dict, kv: Kv, hidden: np.ndarray, emb: np.ndarray | None, pos: np.ndarray, head_dim: int,
+           window: int | None = None, last_only: bool = False, token_part: np.ndarray | None = None
+           ) -> tuple[np.ndarray, Kv]:
     """The features f (n, d) of n new positions `pos` (after every position of `kv`),
     each attending over the cache and the new positions up to itself (within
     `window` positions), and the cache with them appended; `kv` itself is left as
     it was, so a draft's positions are thrown away by keeping the old one. The
     same function as `forward` over the whole sequence. `last_only`: the feature
     of the last new position alone (1, d); the others only enter the cache (their
-    keys and values need no attention, MLP or readout: a catch-up's)."""
+    keys and values need no attention, MLP or readout: a catch-up's). `token_part`:
+    emb · W_in's lower half, computed before (a drafter keeps it per token), in the
+    place of `emb`."""
     p = params
     pos = np.asarray(pos, np.int64)
-    x = np.concatenate([hidden, emb], axis=-1) @ p["w_in"] + p["b_in"]
+    d = hidden.shape[-1]
+    if token_part is None:
+        token_part = emb @ p["w_in"][d:]
+    x = hidden @ p["w_in"][:d] + token_part + p["b_in"]
     n1 = rms_norm(x, p["g1"])[0]
     cos, sin = rope_angles(pos, head_dim)
     k = np.concatenate([kv.k, rope(_heads(n1[None] @ p["wk"], head_dim)[0], cos, sin)], axis=1)
@@ -313,6 +319,7 @@ class FeatureLayer:
         self.ids = np.asarray(self.ids, dtype=np.int32)
         self.out = np.ascontiguousarray(self.out, dtype=np.float32)
         self._rows: dict[int, np.ndarray] = {}
+        self._parts: dict[int, np.ndarray] = {}  # token -> e(token) · W_in[d:]
 
     @property
     def n_embd(self) -> int:
@@ -326,8 +333,18 @@ class FeatureLayer:
         """`extend` with this layer's parameters: the feature of the last of the positions
         `pos` that read `hidden` and the embeddings of `tokens` (1, d), and the cache with
         them all."""
-        return extend(self.params, kv, hidden, self.embed(tokens), np.asarray(pos, np.int64), self.head_dim,
-                      self.window, last_only=True)
+        return extend(self.params, kv, hidden, None, np.asarray(pos, np.int64), self.head_dim, self.window,
+                      last_only=True, token_part=self.token_part(tokens))
+
+    def token_part(self, tokens) -> np.ndarray:
+        """(n, d): each token's embedding times W_in's lower half, kept per token: half the
+        fusing matmul of a drafting step is the same for every visit of a token."""
+        tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
+        new = sorted(set(tokens) - self._parts.keys())
+        if new:
+            rows = self.embed(new) @ self.params["w_in"][self.n_embd:]
+            self._parts.update(zip(new, rows))
+        return np.stack([self._parts[t] for t in tokens]) if tokens else np.zeros((0, self.n_embd), np.float32)
 
     # one sequence without context, as heads step (specgen.heads.model.time_heads times a round so)
     def begin(self, hidden: np.ndarray, last) -> tuple:

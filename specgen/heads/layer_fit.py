@@ -1,0 +1,237 @@
+"""`specgen heads train --kind layer`: a feature-level draft layer (specgen.heads.layer)
+trained over the frozen target, the whole command short of printing.
+
+1. Replies: the seed prompts (built-in, none of them benchmark requests; or the
+   passages of the given files) through the chat template, each answered at
+   temperature 0.8 (at most `reply_tokens`), by a writer: a draft model of the
+   same vocabulary when one is given (several times faster than the target, and
+   its replies lie near the target's), else the target itself; for `gen_share`
+   of the budget.
+2. Reading: every reply read back through the target in one pass, every row out:
+   per position the final hidden state (the layer's input and its regression
+   target) and the target's argmax (its label, at reply positions only).
+3. Training: Adam over chunks of `chunk` positions laid end to end, with feature
+   noise as EAGLE's, until the budget ends (Ctrl-C: stops and saves what is
+   trained); every tenth chunk held out, checked every `check_every` steps, the
+   best check's weights kept. The readout covers the `vocab` most frequent labels.
+
+Progress goes to a callback (specgen.heads.fit.Progress); nothing here prints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specgen.errors import SpecgenError
+from specgen.heads.layer import PARAMS, FeatureLayer, causal_mask, embed_rows, forward, init_params, loss_and_grads
+
+
+@dataclass
+class LayerOptions:
+    minutes: float = 30.0
+    gen_share: float = 0.3  # of the budget: writing replies (reading them back takes about as long with a 4x writer)
+    reply_tokens: int = 256
+    chunk: int = 256  # positions of one training sequence (the layer's attention window is one less)
+    vocab: int = 4096  # readout rows: the most frequent labels
+    attn: int = 256  # attention width, heads of head_dim
+    head_dim: int = 64
+    mlp: int = 2048
+    batch: int = 4  # chunks a step
+    lr: float = 1e-3
+    n_heads: int = 6  # the longest draft a round
+    check_every: int = 50
+    min_chunks: int = 22  # replies go on past their share of the budget until they fill this many chunks
+    max_steps: int | None = None  # tests
+    seed: int = 0
+
+
+def check_layer_options(o: LayerOptions) -> None:
+    if o.minutes <= 0 or not 0 < o.gen_share < 1:
+        raise SpecgenError("--minutes must be > 0 (and the replies' share of it between 0 and 1)")
+    if o.attn % o.head_dim or o.head_dim % 2 or o.chunk < 8 or o.vocab < 16 or not 1 <= o.n_heads <= 8:
+        raise SpecgenError("a layer needs attention a multiple of an even head width, chunks of 8+, --vocab >= 16 "
+                           "and --n-heads between 1 and 8")
+
+
+def write_replies(writer, seeds: Sequence[str], opts: LayerOptions, *, deadline: float, least: int,
+                  clock: Callable[[], float] = time.monotonic, on_step=None) -> list[tuple[list[int], int]]:
+    """(prompt + reply tokens, the reply's start) for seed after seed (in a new order each
+    round) by the `writer` engine, until `deadline` once they hold `least` tokens."""
+    from specgen.apps.chat import format_for, one_turn
+    from specgen.decode.generation import Generation
+    from specgen.rules.sampling import SamplingParams
+
+    fmt = format_for(writer) if writer.chat_template() else None
+    rng, out, n = np.random.default_rng(opts.seed), [], 0
+    while True:
+        for i in rng.permutation(len(seeds)):
+            prompt = one_turn(fmt, writer, seeds[i]) if fmt is not None else writer.tokenize(seeds[i])
+            writer.truncate(0, 0)
+            gen = Generation(writer, prompt, None, draft_max=0, max_tokens=opts.reply_tokens,
+                             params=SamplingParams(temperature=0.8, seed=opts.seed + len(out)))
+            list(gen)
+            out.append((list(prompt) + list(gen.tokens), len(prompt)))
+            n += len(out[-1][0])
+            if on_step is not None:
+                on_step(n)
+            if clock() >= deadline and n >= least:
+                writer.truncate(0, 0)
+                return out
+
+
+def read_replies(engine, samples, chunk: int, on_step=None):
+    """(tokens, picks, hidden float16, keep) of shape (chunks, chunk[, d]): the samples read
+    through the target one by one, laid end to end and cut in chunks; keep marks the
+    positions whose pick is of a reply."""
+    toks, picks, hid, keep = [], [], [], []
+    for sample, start in samples:
+        engine.truncate(0, 0)
+        picks.append(np.argmax(engine.decode_batch([(0, sample, len(sample))])[0], axis=1).astype(np.int32))
+        hid.append(np.stack([engine.hidden_at(0, p) for p in range(len(sample))]).astype(np.float16))
+        toks.append(np.asarray(sample, np.int32))
+        keep.append(np.arange(len(sample)) >= start - 1)
+        if on_step is not None:
+            on_step(sum(map(len, toks)))
+    engine.truncate(0, 0)
+    n = sum(map(len, toks)) // chunk * chunk
+    cut = [np.concatenate(x)[:n] for x in (toks, picks, hid, keep)]
+    return tuple(x.reshape(n // chunk, chunk, *x.shape[1:]) for x in cut)
+
+
+class LayerTrainer:
+    """Adam over the layer's parameters on chunks of (tokens, picks, hidden, keep)."""
+
+    def __init__(self, data, out: np.ndarray, ids: np.ndarray, embed, opts: LayerOptions) -> None:
+        tokens, picks, hidden, self.keep = data
+        self.tokens, self.picks, self.hidden, self.out, self.ids, self.embed, self.o = tokens, picks, hidden, out, ids, embed, opts
+        self.slot = np.full(int(max(tokens.max(), picks.max(), ids.max())) + 1, -1, np.int64)
+        self.slot[ids] = np.arange(len(ids))
+        self.rng = np.random.default_rng(opts.seed)
+        self.p = init_params(hidden.shape[2], opts.attn, opts.mlp, self.rng)
+        self.m1 = {k: np.zeros_like(v) for k, v in self.p.items()}
+        self.m2 = {k: np.zeros_like(v) for k, v in self.p.items()}
+        t = tokens.shape[1] - 1
+        self.mask, self.pos = causal_mask(t), np.arange(t)[None].repeat(opts.batch, 0)
+        self.noise = 0.05 * float(np.sqrt(np.mean(hidden[:4].astype(np.float32) ** 2)))  # EAGLE's feature noise
+        self.steps = 0
+
+    def step(self, chunks: np.ndarray) -> float:
+        h = self.hidden[chunks, :-1].astype(np.float32)
+        h += self.rng.standard_normal(h.shape).astype(np.float32) * self.noise
+        labels = np.where(self.keep[chunks, 1:], self.slot[self.picks[chunks, 1:]], -1)
+        loss, g, _ = loss_and_grads(self.p, h, self.embed(self.tokens[chunks, 1:]), self.pos[:len(chunks)],
+                                    self.hidden[chunks, 1:].astype(np.float32), labels, self.out,
+                                    head_dim=self.o.head_dim, mask=self.mask)
+        self.steps += 1
+        lr, b1, b2, t = self.o.lr * min(1.0, self.steps / 50), 0.9, 0.98, self.steps
+        for k in PARAMS:
+            self.m1[k] = b1 * self.m1[k] + (1 - b1) * g[k]
+            self.m2[k] = b2 * self.m2[k] + (1 - b2) * g[k] ** 2
+            upd = lr * (self.m1[k] / (1 - b1 ** t)) / (np.sqrt(self.m2[k] / (1 - b2 ** t)) + 1e-8)
+            self.p[k] -= upd.astype(np.float32)
+        return loss
+
+    def hits(self, c: int, step2: bool = True) -> tuple[list, list]:
+        """Top-1 hits of chunk c at its reply positions: step 1 (true features), and step 2
+        (its own feature and token) at every third position where step 1 hit."""
+        return layer_hits(self.p, self.out, self.ids, self.o.head_dim, self.hidden[c].astype(np.float32),
+                          self.embed(self.tokens[c]), self.picks[c], np.flatnonzero(self.keep[c, 1:-1]),
+                          self.tokens[c] if step2 else None)
+
+
+def layer_hits(p, out, ids, head_dim, hidden, embs, picks, rows, step2_tokens=None) -> tuple[list, list]:
+    """Step-1 hits at `rows` of one sequence (row j reads h_j and e(token j+1) and predicts
+    picks[j + 1]) and, where `step2_tokens` (the text) went on with the step-1 token,
+    step-2 hits from the layer's own feature (every third such row)."""
+    t = len(hidden) - 1
+    f, _ = forward(p, hidden[None, :-1], embs[None, 1:], np.arange(t)[None], head_dim, causal_mask(t))
+    first = ids[(f[0] @ out.T).argmax(-1)]
+    hits1 = first[rows] == picks[rows + 1]
+    hits2 = []
+    if step2_tokens is not None:
+        for j in [j for j in rows[hits1] if j + 2 <= t and step2_tokens[j + 2] == first[j]][::3]:
+            h2 = np.concatenate([hidden[None, :j + 1], f[:, j:j + 1]], 1)
+            g2, _ = forward(p, h2, embs[None, 1:j + 3], np.arange(j + 2)[None], head_dim, causal_mask(j + 2))
+            if j + 2 < len(picks):
+                hits2.append(bool(ids[(g2[0, j + 1] @ out.T).argmax()] == picks[j + 2]))
+    return list(hits1), hits2
+
+
+def fit_layer(trainer: LayerTrainer, train_ix: np.ndarray, held_ix: np.ndarray, *, deadline: float,
+              clock: Callable[[], float] = time.monotonic, on_step=None) -> tuple[dict, float, bool]:
+    """Steps until `deadline` (or max_steps, or Ctrl-C), a held-out check every check_every
+    steps (step-1 top-1 of up to 4 held-out chunks); returns the best check's parameters,
+    its top-1 and whether training was interrupted."""
+    best, best_p, interrupted, loss = -1.0, None, False, float("nan")
+    check = held_ix[:4]
+    try:
+        while trainer.steps == 0 or clock() < deadline:
+            if trainer.o.max_steps is not None and trainer.steps >= trainer.o.max_steps:
+                break
+            loss = trainer.step(trainer.rng.choice(train_ix, min(trainer.o.batch, len(train_ix)), replace=False))
+            if len(check) and trainer.steps % trainer.o.check_every == 0:
+                score = float(np.mean([x for c in check for x in trainer.hits(int(c), step2=False)[0]] or [0.0]))
+                if score > best:
+                    best, best_p = score, {k: v.copy() for k, v in trainer.p.items()}
+            if on_step is not None:
+                on_step(trainer.steps, loss, best)
+    except KeyboardInterrupt:
+        interrupted = True
+    if best_p is None or not len(check):
+        return trainer.p, best, interrupted
+    score = float(np.mean([x for c in check for x in trainer.hits(int(c), step2=False)[0]] or [0.0]))
+    return (trainer.p, score, interrupted) if score >= best else (best_p, best, interrupted)
+
+
+def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: Sequence[str] = (),
+                out: Path | None = None, on_progress=None, clock: Callable[[], float] = time.monotonic) -> dict:
+    """Train a layer for the target `engine` (opened with hidden=True, from `model_path`),
+    on replies written by `writer` (an engine of the same vocabulary; None: the target),
+    to the `seeds` (default: the built-in seed prompts); save it to `out` (default: the
+    heads file of the target). Returns what it measured."""
+    from specgen.heads.collect import output_rows
+    from specgen.heads.fit import Progress
+    from specgen.heads.model import heads_path, target_identity
+    from specgen.heads.seeds import builtin_seeds
+
+    check_layer_options(opts)
+    t0, budget = clock(), opts.minutes * 60.0
+    identity = target_identity(model_path)
+    out = Path(out) if out is not None else heads_path(identity)
+    output_rows(model_path)  # refuse an unreadable output matrix before spending time on data
+    report = on_progress or (lambda p: None)
+    seeds = list(seeds) or [t for _, t in builtin_seeds()]
+    samples = write_replies(writer or engine, seeds, opts, deadline=t0 + budget * opts.gen_share,
+                            least=opts.min_chunks * opts.chunk, clock=clock,
+                            on_step=lambda n: report(Progress("replies", clock() - t0, budget, n)))
+    data = read_replies(engine, samples, opts.chunk,
+                        on_step=lambda n: report(Progress("reading", clock() - t0, budget, n)))
+    tokens, picks, _, keep = data
+    held = np.arange(len(tokens)) % 10 == 9
+    vals, counts = np.unique(picks[~held, 1:][keep[~held, 1:]], return_counts=True)
+    ids = vals[np.argsort(-counts)[:opts.vocab]].astype(np.int32)
+    rows: dict = {}
+    trainer = LayerTrainer(data, output_rows(model_path, ids), ids, lambda t: embed_rows(model_path, t, rows), opts)
+    n_pos = int(keep.sum())
+    params, score, interrupted = fit_layer(
+        trainer, np.flatnonzero(~held), np.flatnonzero(held), deadline=t0 + budget, clock=clock,
+        on_step=lambda s, loss, best: report(Progress("train", clock() - t0, budget, n_pos, s, loss, [best])))
+    trainer.p = params
+    h1, h2 = [], []
+    for c in np.flatnonzero(held):
+        a, b = trainer.hits(int(c))
+        h1, h2 = h1 + a, h2 + b
+    top1 = [float(np.mean(h1)) if h1 else None, float(np.mean(h2)) if h2 else None]
+    covered = float(np.isin(picks[keep], ids).mean())
+    info = {"heldout": {"top1": top1, "positions": len(h1)}, "replies": len(samples), "positions": n_pos,
+            "steps": trainer.steps, "covered": round(covered, 4), "writer": "draft" if writer is not None else "target"}
+    layer = FeatureLayer(params, ids, trainer.out, engine.n_vocab, identity, head_dim=opts.head_dim,
+                         window=opts.chunk - 1, n_heads=opts.n_heads, info=info)
+    layer.save(out)
+    return {"path": str(out), "target": identity, "kind": "layer", "n_heads": opts.n_heads, "vocab": len(ids),
+            **info, "interrupted": interrupted, "seconds": round(clock() - t0, 2)}

@@ -1,0 +1,74 @@
+"""Training a feature-level draft layer (specgen.heads.layer_fit, `specgen heads train --kind layer`):
+the trainer learns, the whole run on the real model writes a layer file that drafts, and bad
+options are one line."""
+
+import subprocess
+
+import numpy as np
+import pytest
+from helpers import specgen
+
+from specgen.drafters.base import Want
+from specgen.heads.layer_fit import LayerOptions, LayerTrainer, fit_layer
+
+TINY = dict(chunk=16, attn=16, head_dim=8, mlp=16, batch=2, reply_tokens=24, check_every=5, lr=3e-3)
+
+
+def test_the_trainer_learns_a_rule_the_features_carry():
+    """Labels are a fixed function of the token a position reads: the held-out loss and
+    top-1 must move from chance towards it (they cannot without working gradients)."""
+    rng = np.random.default_rng(0)
+    n, t, d, v = 40, 16, 16, 12
+    tokens = rng.integers(0, v, (n, t)).astype(np.int32)
+    picks = ((tokens * 5 + 3) % v).astype(np.int32)  # the target's pick after token x: (5x + 3) mod v
+    hidden = rng.standard_normal((n, t, d)).astype(np.float16)
+    keep = np.ones((n, t), bool)
+    table = rng.standard_normal((v, d)).astype(np.float32)
+    ids = np.arange(v)
+    trainer = LayerTrainer((tokens, picks, hidden, keep), table.copy(), ids, lambda x: table[np.asarray(x)],
+                           LayerOptions(**{**TINY, "max_steps": 150}))
+    held = np.arange(30, 40)
+    before = np.mean([x for c in held for x in trainer.hits(int(c), step2=False)[0]])
+    params, score, interrupted = fit_layer(trainer, np.arange(30), held, deadline=float("inf"))
+    trainer.p = params
+    after = np.mean([x for c in held for x in trainer.hits(int(c), step2=False)[0]])
+    assert not interrupted and trainer.steps == 150
+    assert before < 0.3 and after > 0.8, (before, after)
+
+
+@pytest.mark.model
+def test_training_on_the_real_model_writes_a_layer_that_drafts(gemma_path, tmp_path):
+    from specgen.drafters.layer import LayerDrafter
+    from specgen.engine.llama import Engine
+    from specgen.heads.layer_fit import train_layer
+    from specgen.session import open_heads
+
+    out = tmp_path / "layer.npz"
+    seen = []
+    with Engine(gemma_path, n_ctx=512, n_threads=2, hidden=True) as eng:
+        s = train_layer(eng, gemma_path, LayerOptions(**{**TINY, "minutes": 0.5, "max_steps": 6, "min_chunks": 4}), out=out,
+                        seeds=["Write a haiku about rain.", "List three fruits."], on_progress=seen.append)
+        assert s["kind"] == "layer" and s["steps"] == 6 and s["positions"] > 0 and s["replies"] >= 1
+        assert {p.phase for p in seen} >= {"replies", "reading", "train"}
+        layer = open_heads(str(out), gemma_path)
+        assert layer.kind == "layer" and layer.window == 15 and layer.info["heldout"]["positions"] >= 0
+        toks = eng.tokenize("The capital of France is")
+        eng.truncate(0, 0)
+        eng.decode(0, toks[:-1], len(toks) - 1)
+        d = LayerDrafter(eng, layer).propose([Want(0, toks, 3)])
+        assert len(d[0].tokens) == 3 and all(0 <= t < eng.n_vocab for t in d[0].tokens)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("args, says", [
+    (["--kind", "layer", "--resume"], "--resume continues heads, not a layer"),
+    (["--kind", "hydra", "-d", "x.gguf"], "-d/--draft writes the replies of --kind layer only"),
+    (["--kind", "layer", "--n-heads", "0"], "--n-heads between 1 and 8"),
+])
+def test_bad_layer_options_are_one_line(gemma_path, tmp_path, args, says):
+    res = specgen("heads", "train", "-m", str(gemma_path), "-o", str(tmp_path / "x.npz"), *args, text=True,
+                  stdin=subprocess.DEVNULL)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode != 0 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert says in lines[0]
+    assert not (tmp_path / "x.npz").exists()
