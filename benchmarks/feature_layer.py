@@ -162,9 +162,10 @@ def main() -> None:
 
 
 def loaded(path: Path, target: str):
-    from specgen.heads.model import load_heads, target_identity
+    from specgen.heads.layer import load_any
+    from specgen.heads.model import target_identity
 
-    layer = load_heads(path, target_identity(target))
+    layer = load_any(path, target_identity(target))
     if layer.kind != "layer":
         sys.exit(f"feature_layer: {path} holds {layer.kind} heads, not a layer")
     layer.model_path = target

@@ -365,7 +365,8 @@ def open_heads(ref: str, target_path: Path, model_ref: str | None = None):
     """The prediction heads `ref` names for the target at `target_path`: a heads file,
     or "auto", the one `specgen heads train` wrote for this target. One line
     (SpecgenError) when there is none, or the file is damaged or for another model."""
-    from specgen.heads.model import heads_path, load_heads, target_identity
+    from specgen.heads.layer import load_any
+    from specgen.heads.model import heads_path, target_identity
 
     identity = target_identity(target_path)
     if ref.strip() == "auto":
@@ -376,7 +377,7 @@ def open_heads(ref: str, target_path: Path, model_ref: str | None = None):
                                f"(train them: specgen heads train -m {model})")
     else:
         path = Path(ref).expanduser()
-    heads = load_heads(path, identity)
+    heads = load_any(path, identity)
     if heads.kind == "layer":  # it embeds tokens with the target's own rows
         heads.model_path = str(target_path)
     return heads

@@ -72,3 +72,39 @@ def test_bad_layer_options_are_one_line(gemma_path, tmp_path, args, says):
     assert res.returncode != 0 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     assert says in lines[0]
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_the_second_step_in_training_sees_what_a_drafting_round_sees():
+    """Training-time test: position t + j of the doubled sequence (reading the layer's own
+    feature from j - 1) is computed exactly as a drafting round's second position: over
+    the cache of the true positions before j, and itself."""
+    from test_layer import tiny
+
+    from specgen.heads.layer import Kv, causal_mask, extend, forward
+    from specgen.heads.layer_fit import second_step_mask
+
+    params, batch = tiny(t=7)
+    h, e, pos = batch["hidden"][:1], batch["emb"][:1], batch["pos"][:1]
+    t = h.shape[1]
+    f, _ = forward(params, h, e, pos, 4, causal_mask(t))
+    h2 = np.concatenate([h, np.concatenate([h[:, :1], f[:, :-1]], axis=1)], axis=1)
+    g, _ = forward(params, h2, np.concatenate([e, e], 1), np.tile(pos, 2), 4, second_step_mask(t))
+    np.testing.assert_allclose(g[0, :t], f[0], rtol=1e-10, atol=1e-12)  # the true half is untouched
+    for j in (1, 3, 6):
+        _, kv = extend(params, Kv.empty(params, 4), h[0, :j], e[0, :j], pos[0, :j], 4)
+        step2, _ = extend(params, kv, f[0, j - 1:j], e[0, j:j + 1], pos[0, j:j + 1], 4)
+        np.testing.assert_allclose(g[0, t + j], step2[0], rtol=1e-10, atol=1e-12)
+
+
+def test_the_trainer_with_the_training_time_test_learns_too():
+    rng = np.random.default_rng(1)
+    n, t, d, v = 30, 12, 16, 10
+    tokens = rng.integers(0, v, (n, t)).astype(np.int32)
+    picks = ((tokens * 3 + 1) % v).astype(np.int32)
+    hidden = rng.standard_normal((n, t, d)).astype(np.float16)
+    table = rng.standard_normal((v, d)).astype(np.float32)
+    trainer = LayerTrainer((tokens, picks, hidden, np.ones((n, t), bool)), table.copy(), np.arange(v),
+                           lambda x: table[np.asarray(x)], LayerOptions(**{**TINY, "chunk": t, "max_steps": 120, "ttt": True}))
+    params, _, _ = fit_layer(trainer, np.arange(24), np.arange(24, 30), deadline=float("inf"))
+    trainer.p = params
+    assert np.mean([x for c in range(24, 30) for x in trainer.hits(c, step2=False)[0]]) > 0.8

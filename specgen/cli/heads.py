@@ -158,13 +158,14 @@ def show(
     json_out: JsonOpt = False,
 ) -> None:
     """What a heads file holds: target, kind, heads, vocabulary and covered mass, data size, held-out top-1."""
-    from specgen.heads.model import heads_path, load_heads, target_identity
+    from specgen.heads.layer import load_any
+    from specgen.heads.model import heads_path, target_identity
 
     if file is None:
         from specgen.models.registry import resolve_model
 
         file = heads_path(target_identity(resolve_model(model)))
-    h = load_heads(file, None)
+    h = load_any(file, None)
     i = h.info
     held = i.get("heldout", {})
     data = {"file": str(file), "target": h.target, "kind": h.kind, "heads": h.n_heads, "width": h.width,

@@ -372,8 +372,33 @@ class FeatureLayer:
                   **{f"p_{k}": self.params[k].astype(np.float16) for k in PARAMS}}
         write_npz(Path(path), arrays, meta)
 
+    @property
+    def width(self) -> int:
+        """Its MLP's width (what `specgen heads show` calls a head's width)."""
+        return self.params["w1"].shape[1]
+
     @classmethod
     def from_file(cls, meta: dict, z) -> "FeatureLayer":
         return cls({k: z[f"p_{k}"] for k in PARAMS}, z["ids"], z["out"], int(meta["n_vocab"]), meta["target"],
                    head_dim=int(meta["head_dim"]), window=int(meta["window"]), n_heads=int(meta["n_heads"]),
                    info=meta.get("info", {}))
+
+
+def load_any(path, target_identity: str | None):
+    """The heads (specgen.heads.model.Heads) or the layer a heads file holds, by its kind;
+    refused in one SpecgenError line as `load_heads` refuses (missing, damaged, another
+    format version, trained for another target)."""
+    from pathlib import Path
+
+    from specgen.errors import SpecgenError
+    from specgen.heads.model import check_target, load_heads, open_file
+
+    path = Path(path)
+    meta, z = open_file(path)
+    if meta.get("kind") != FeatureLayer.kind:
+        return load_heads(path, target_identity)
+    check_target(path, meta, target_identity)
+    try:
+        return FeatureLayer.from_file(meta, z)
+    except Exception as e:  # noqa: BLE001 - a damaged member: bad zip data, wrong shapes, missing arrays
+        raise SpecgenError(f"heads file {path} is damaged ({type(e).__name__}: {e})") from None

@@ -45,6 +45,7 @@ class LayerOptions:
     lr: float = 1e-3
     n_heads: int = 6  # the longest draft a round
     check_every: int = 50
+    ttt: bool = False  # training-time test: each step also trains draft step 2 on the layer's own features
     min_chunks: int = 22  # replies go on past their share of the budget until they fill this many chunks
     max_steps: int | None = None  # tests
     seed: int = 0
@@ -61,21 +62,28 @@ def check_layer_options(o: LayerOptions) -> None:
 def write_replies(writer, seeds: Sequence[str], opts: LayerOptions, *, deadline: float, least: int,
                   clock: Callable[[], float] = time.monotonic, on_step=None) -> list[tuple[list[int], int]]:
     """(prompt + reply tokens, the reply's start) for seed after seed (in a new order each
-    round) by the `writer` engine, until `deadline` once they hold `least` tokens."""
+    round) by the `writer` engine, sampled at temperature 0.8 (top-k 40, top-p 0.95, min-p
+    0.05) up to an end-of-generation token or `reply_tokens`, until `deadline` once they
+    hold `least` tokens."""
     from specgen.apps.chat import format_for, one_turn
-    from specgen.decode.generation import Generation
-    from specgen.rules.sampling import SamplingParams
+    from specgen.engine.llama import prefill
+    from specgen.rules.sampling import SamplingParams, sample, support
 
     fmt = format_for(writer) if writer.chat_template() else None
+    params = SamplingParams(temperature=0.8)
     rng, out, n = np.random.default_rng(opts.seed), [], 0
     while True:
         for i in rng.permutation(len(seeds)):
             prompt = one_turn(fmt, writer, seeds[i]) if fmt is not None else writer.tokenize(seeds[i])
             writer.truncate(0, 0)
-            gen = Generation(writer, prompt, None, draft_max=0, max_tokens=opts.reply_tokens,
-                             params=SamplingParams(temperature=0.8, seed=opts.seed + len(out)))
-            list(gen)
-            out.append((list(prompt) + list(gen.tokens), len(prompt)))
+            row, reply = prefill(writer, [(0, prompt)])[0], []
+            while len(reply) < opts.reply_tokens:
+                tok = sample(support(row, params), rng)
+                if writer.is_eog(tok):
+                    break
+                reply.append(tok)
+                row = writer.decode(0, [tok], 1)[-1]
+            out.append((list(prompt) + reply, len(prompt)))
             n += len(out[-1][0])
             if on_step is not None:
                 on_step(n)
@@ -117,6 +125,8 @@ class LayerTrainer:
         self.m2 = {k: np.zeros_like(v) for k, v in self.p.items()}
         t = tokens.shape[1] - 1
         self.mask, self.pos = causal_mask(t), np.arange(t)[None].repeat(opts.batch, 0)
+        if opts.ttt:
+            self.mask2, self.pos2 = second_step_mask(t), np.tile(self.pos, 2)
         self.noise = 0.05 * float(np.sqrt(np.mean(hidden[:4].astype(np.float32) ** 2)))  # EAGLE's feature noise
         self.steps = 0
 
@@ -124,9 +134,14 @@ class LayerTrainer:
         h = self.hidden[chunks, :-1].astype(np.float32)
         h += self.rng.standard_normal(h.shape).astype(np.float32) * self.noise
         labels = np.where(self.keep[chunks, 1:], self.slot[self.picks[chunks, 1:]], -1)
-        loss, g, _ = loss_and_grads(self.p, h, self.embed(self.tokens[chunks, 1:]), self.pos[:len(chunks)],
-                                    self.hidden[chunks, 1:].astype(np.float32), labels, self.out,
-                                    head_dim=self.o.head_dim, mask=self.mask)
+        e, target, pos, mask = self.embed(self.tokens[chunks, 1:]), self.hidden[chunks, 1:].astype(np.float32), \
+            self.pos[:len(chunks)], self.mask
+        if self.o.ttt:  # the true positions, then each again reading the layer's own feature from the one before
+            f, _ = forward(self.p, h, e, pos, self.o.head_dim, mask)
+            h = np.concatenate([h, np.concatenate([h[:, :1], f[:, :-1]], axis=1)], axis=1)
+            e, target, labels = (np.concatenate([x, x], axis=1) for x in (e, target, labels))
+            pos, mask = self.pos2[:len(chunks)], self.mask2
+        loss, g, _ = loss_and_grads(self.p, h, e, pos, target, labels, self.out, head_dim=self.o.head_dim, mask=mask)
         self.steps += 1
         lr, b1, b2, t = self.o.lr * min(1.0, self.steps / 50), 0.9, 0.98, self.steps
         for k in PARAMS:
@@ -142,6 +157,19 @@ class LayerTrainer:
         return layer_hits(self.p, self.out, self.ids, self.o.head_dim, self.hidden[c].astype(np.float32),
                           self.embed(self.tokens[c]), self.picks[c], np.flatnonzero(self.keep[c, 1:-1]),
                           self.tokens[c] if step2 else None)
+
+
+def second_step_mask(t: int) -> np.ndarray:
+    """(2t, 2t): the first t positions causal among themselves; position t + j (draft
+    step 2 at j: it reads the layer's own feature from j - 1) sees the true positions
+    before j and itself, as a drafting round's second position sees the cache and
+    itself (EAGLE-3's training-time test, one step)."""
+    m = np.full((2 * t, 2 * t), -np.inf)
+    m[:t, :t] = causal_mask(t)
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    m[t:, :t] = np.where(j < i, 0.0, -np.inf)
+    m[np.arange(t, 2 * t), np.arange(t, 2 * t)] = 0.0
+    return m
 
 
 def layer_hits(p, out, ids, head_dim, hidden, embs, picks, rows, step2_tokens=None) -> tuple[list, list]:

@@ -229,22 +229,16 @@ def write_npz(path: Path, arrays: dict, meta: dict | None = None) -> None:
 
 def read_meta(path) -> dict:
     """The JSON header of a heads file (target, kind, info), checked for format and version."""
-    return _open(Path(path))[0]
+    return open_file(Path(path))[0]
 
 
-def load_heads(path, target_identity: str | None):
-    """The heads in `path` (Heads, or a FeatureLayer for kind "layer"), refused (one SpecgenError line) when missing, damaged, of another format
+def load_heads(path, target_identity: str | None) -> Heads:
+    """The heads in `path`, refused (one SpecgenError line) when missing, damaged, of another format
     version, or trained for another target than `target_identity` (None: any target)."""
     path = Path(path)
-    meta, z = _open(path)
-    if target_identity is not None and meta["target"] != target_identity:
-        raise SpecgenError(f"heads file {path} was trained for another model ({meta['target']}, "
-                           f"not {target_identity}): train heads for this one with `specgen heads train`")
+    meta, z = open_file(path)
+    check_target(path, meta, target_identity)
     try:
-        if meta["kind"] == "layer":
-            from specgen.heads.layer import FeatureLayer
-
-            return FeatureLayer.from_file(meta, z)
         n = int(meta["n_heads"])
         return Heads(kind=meta["kind"], ids=z["ids"], n_vocab=int(meta["n_vocab"]), target=meta["target"],
                      out=z["out"], w1=[z[f"w1_{i}"] for i in range(n)], b1=[z[f"b1_{i}"] for i in range(n)],
@@ -256,7 +250,15 @@ def load_heads(path, target_identity: str | None):
         raise SpecgenError(f"heads file {path} is damaged ({type(e).__name__}: {e})") from None
 
 
-def _open(path: Path):
+def check_target(path: Path, meta: dict, target_identity: str | None) -> None:
+    """Refuse (one SpecgenError line) a file trained for another target than `target_identity` (None: any)."""
+    if target_identity is not None and meta["target"] != target_identity:
+        raise SpecgenError(f"heads file {path} was trained for another model ({meta['target']}, "
+                           f"not {target_identity}): train heads for this one with `specgen heads train`")
+
+
+def open_file(path: Path):
+    """(the JSON header, the npz) of a heads file of this format version; one SpecgenError line otherwise."""
     if not path.is_file():
         raise SpecgenError(f"heads file not found: {path}")
     try:
