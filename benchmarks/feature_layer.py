@@ -70,7 +70,7 @@ def layer_options(a):
 
     return LayerOptions(minutes=a.collect_minutes + a.train_minutes, reply_tokens=a.reply_tokens, chunk=a.chunk,
                         vocab=a.vocab, attn=a.attn, head_dim=a.head_dim, mlp=a.mlp, batch=a.batch, lr=a.lr,
-                        seed=a.seed)
+                        seed=a.seed, ttt=a.ttt)
 
 
 def draft_replies(draft: str, a):
@@ -139,6 +139,8 @@ def main() -> None:
     ap.add_argument("--mlp", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=4, help="chunks per step")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--ttt", action="store_true", help="training-time test: also train draft step 2 on the layer's "
+                    "own features (about 2.5x the time a step)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N instruct requests")
     ap.add_argument("-n", type=int, default=96, help="tokens of each greedy reply")
     ap.add_argument("-t", "--threads", type=int, default=2)
@@ -190,6 +192,8 @@ def trained(eng, target: str, draft: str, a):
     held = np.arange(len(tokens)) % 10 == 9 if len(tokens) >= 10 else np.arange(len(tokens)) == len(tokens) - 1
     vals, counts = np.unique(picks[~held, 1:][keep[~held, 1:]], return_counts=True)
     ids = vals[np.argsort(-counts)[:a.vocab]]
+    if not len(ids):
+        sys.exit("feature_layer: too little training data (no labelled position outside the held-out chunks)")
     rows: dict = {}
     out = output_rows(target, ids)
     trainer = train(data, out, ids, lambda t: embed_rows(target, t, rows), a, np.flatnonzero(~held),

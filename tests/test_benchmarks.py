@@ -260,7 +260,7 @@ def smoke_feature_layer(tmp_path):
     assert "layer step-1" in p.stdout and "0.5B draft" in p.stdout
     assert any(line.startswith("all ") for line in p.stdout.splitlines())
     assert re.search(r"a drafting round of the layer: k=1 [\d.]+ ms .*k=4 [\d.]+ ms", p.stdout)
-    p = ok(run(["feature_layer.py", *small, "--reply-tokens", "8", "--save", str(tmp_path / "l.npz")], tmp_path,
+    p = ok(run(["feature_layer.py", *small, "--reply-tokens", "48", "--save", str(tmp_path / "l.npz")], tmp_path,
                timeout=300))
     assert re.search(r"the draft replied to \d+ seed prompts", p.stdout) and "replies, held out: step-1" in p.stdout
     p = ok(run(["feature_layer.py", "--load", str(tmp_path / "l.npz"), "--limit", "1", "-n", "6", "-t", "1"], tmp_path,

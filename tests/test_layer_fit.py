@@ -62,7 +62,7 @@ def test_training_on_the_real_model_writes_a_layer_that_drafts(gemma_path, tmp_p
 @pytest.mark.model
 @pytest.mark.parametrize("args, says", [
     (["--kind", "layer", "--resume"], "--resume continues heads, not a layer"),
-    (["--kind", "hydra", "-d", "x.gguf"], "-d/--draft writes the replies of --kind layer only"),
+    (["--kind", "hydra", "--writer", "x.gguf"], "--writer writes the replies of --kind layer only"),
     (["--kind", "layer", "--n-heads", "0"], "--n-heads between 1 and 8"),
 ])
 def test_bad_layer_options_are_one_line(gemma_path, tmp_path, args, says):

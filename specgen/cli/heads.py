@@ -65,7 +65,7 @@ def train(
     texts: TextsArg = None,
     model: ModelOpt = None,
     kind: Annotated[str, typer.Option("--kind", help="medusa (independent heads), hydra (each head sees the token drafted before it) or layer (a feature-level draft layer, EAGLE-style: attention over its own features, autoregressive; trained on replies to the seeds, read back through the target).")] = "hydra",
-    draft: Annotated[str | None, typer.Option("-d", "--draft", help="layer: the model that writes the replies it trains on (same vocabulary as the target; several times faster). Default: the target itself.")] = None,
+    writer: Annotated[str | None, typer.Option("--writer", help="layer: the model that writes the replies it trains on (a draft model of the same vocabulary: several times faster). Default: the target itself.")] = None,
     n_heads: Annotated[int, typer.Option("--n-heads", help="Heads: tokens drafted per round at most.")] = 4,
     vocab: Annotated[int | None, typer.Option("--vocab", help="Restricted vocabulary: the most frequent labels, at most this many (default: 2048 for heads, 4096 for a layer).", show_default=False)] = None,
     width: Annotated[int, typer.Option("--width", help="Each head's hidden width.")] = 128,
@@ -84,9 +84,9 @@ def train(
     from specgen.models.registry import resolve_model
 
     if kind == "layer":
-        return _train_layer(texts, model, draft, n_heads, vocab, minutes, out, threads, json_out, resume)
-    if draft is not None:
-        raise SpecgenError("-d/--draft writes the replies of --kind layer only")
+        return _train_layer(texts, model, writer, n_heads, vocab, minutes, out, threads, json_out, resume)
+    if writer is not None:
+        raise SpecgenError("--writer writes the replies of --kind layer only")
     opts = TrainOptions(kind=kind, n_heads=n_heads, vocab=2048 if vocab is None else vocab, width=width, minutes=minutes, n_seq=seqs,
                         text_share=text_share, round_share=round_share)
     check_options(opts)
@@ -113,7 +113,7 @@ def train(
     con.print(str(s.path), soft_wrap=True)
 
 
-def _train_layer(texts, model, draft, n_heads, vocab, minutes, out, threads, json_out, resume) -> None:
+def _train_layer(texts, model, writer_ref, n_heads, vocab, minutes, out, threads, json_out, resume) -> None:
     """`train --kind layer` (specgen.heads.layer_fit): --n-heads is its longest draft, --vocab its readout."""
     from specgen.engine.llama import Engine
     from specgen.heads.collect import seeds_from_files
@@ -130,7 +130,7 @@ def _train_layer(texts, model, draft, n_heads, vocab, minutes, out, threads, jso
     con = render.stderr_console()
     n_ctx = max(1024, opts.reply_tokens + 768)
     with Engine(path, n_ctx=n_ctx, n_threads=threads, hidden=True, n_batch=n_ctx) as engine:
-        writer = Engine(resolve_model(draft), n_ctx=n_ctx, n_threads=threads) if draft else None
+        writer = Engine(resolve_model(writer_ref), n_ctx=n_ctx, n_threads=threads) if writer_ref else None
         try:
             if writer is not None:
                 require_compatible(engine, writer)

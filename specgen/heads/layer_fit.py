@@ -63,8 +63,8 @@ def write_replies(writer, seeds: Sequence[str], opts: LayerOptions, *, deadline:
                   clock: Callable[[], float] = time.monotonic, on_step=None) -> list[tuple[list[int], int]]:
     """(prompt + reply tokens, the reply's start) for seed after seed (in a new order each
     round) by the `writer` engine, sampled at temperature 0.8 (top-k 40, top-p 0.95, min-p
-    0.05) up to an end-of-generation token or `reply_tokens`, until `deadline` once they
-    hold `least` tokens."""
+    0.05) up to an end-of-generation token or `reply_tokens`, until `deadline` once the
+    replies hold `least` tokens."""
     from specgen.apps.chat import format_for, one_turn
     from specgen.engine.llama import prefill
     from specgen.rules.sampling import SamplingParams, sample, support
@@ -84,7 +84,7 @@ def write_replies(writer, seeds: Sequence[str], opts: LayerOptions, *, deadline:
                 reply.append(tok)
                 row = writer.decode(0, [tok], 1)[-1]
             out.append((list(prompt) + reply, len(prompt)))
-            n += len(out[-1][0])
+            n += len(reply)
             if on_step is not None:
                 on_step(n)
             if clock() >= deadline and n >= least:
@@ -243,6 +243,8 @@ def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: S
     held = np.arange(len(tokens)) % 10 == 9
     vals, counts = np.unique(picks[~held, 1:][keep[~held, 1:]], return_counts=True)
     ids = vals[np.argsort(-counts)[:opts.vocab]].astype(np.int32)
+    if not len(ids):
+        raise SpecgenError("too little training data (no reply positions to learn from): raise --minutes")
     rows: dict = {}
     trainer = LayerTrainer(data, output_rows(model_path, ids), ids, lambda t: embed_rows(model_path, t, rows), opts)
     n_pos = int(keep.sum())
