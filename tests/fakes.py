@@ -199,3 +199,19 @@ def chain_heads(n_vocab: int, n_heads: int, step: int = 1, ids=None) -> FakeHead
         hit = np.flatnonzero(ids == (t + step) % n_vocab)
         tables[:, t, hit] = 5.0
     return FakeHeads(tables, ids, n_vocab)
+
+
+def squared_q(drafter_cls):
+    """`drafter_cls`, broken on purpose: it reports q² renormalised instead of the q it sampled
+    from (the negative control of a sampled-losslessness test)."""
+    from specgen.rules.sampling import Support
+
+    class SquaredQ(drafter_cls):
+        def propose(self, wants):
+            out = super().propose(wants)
+            for d in out:
+                if d.q is not None:
+                    d.q = [Support(q.ids, q.probs ** 2 / (q.probs ** 2).sum(), q.n_vocab) for q in d.q]
+            return out
+
+    return SquaredQ

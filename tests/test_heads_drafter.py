@@ -7,7 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from fakes import FakeEngine, HiddenFakeEngine, chain_heads, chain_table
+from fakes import FakeEngine, HiddenFakeEngine, chain_heads, chain_table, squared_q
 from helpers import error_of, specgen
 from scipy.stats import chisquare
 
@@ -18,7 +18,7 @@ from specgen.drafters.heads import HeadsDrafter
 from specgen.heads.model import time_heads
 from specgen.drafters.model import DraftModel
 from specgen.policy.base import FixedK
-from specgen.rules.sampling import SamplingParams, Support
+from specgen.rules.sampling import SamplingParams
 from dataclasses import replace
 
 V = 16
@@ -175,14 +175,7 @@ SV, N_HEADS, DRAWS, POSITIONS = 6, 3, 3000, 5
 PARAMS = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0)
 
 
-class SquaredQ(HeadsDrafter):
-    """Broken on purpose: reports q² renormalised instead of the q it sampled from."""
-
-    def propose(self, wants):
-        out = super().propose(wants)
-        for d in out:
-            d.q = [Support(q.ids, q.probs ** 2 / (q.probs ** 2).sum(), q.n_vocab) for q in d.q] if d.q is not None else None
-        return out
+SquaredQ = squared_q(HeadsDrafter)
 
 
 def _setup(seed=3):

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from fakes import HiddenFakeEngine, chain_table
+from fakes import HiddenFakeEngine, chain_table, squared_q
 from helpers import specgen
 from scipy.stats import chisquare
 from test_heads_drafter import DRAWS, PARAMS, POSITIONS, SV, _marginals
@@ -17,7 +17,7 @@ from specgen.drafters.base import Want
 from specgen.drafters.layer import LayerDrafter
 from specgen.heads.layer import FeatureLayer, init_params
 from specgen.policy.base import FixedK
-from specgen.rules.sampling import SamplingParams, Support
+from specgen.rules.sampling import SamplingParams
 
 V = 16
 
@@ -131,14 +131,7 @@ def test_a_missing_row_at_n_minus_2_drafts_nothing():
 # -- sampled losslessness ---------------------------------------------------------------
 
 
-class SquaredQ(LayerDrafter):
-    """Broken on purpose: reports q² renormalised instead of the q it sampled from."""
-
-    def propose(self, wants):
-        out = super().propose(wants)
-        for d in out:
-            d.q = [Support(q.ids, q.probs ** 2 / (q.probs ** 2).sum(), q.n_vocab) for q in d.q] if d.q is not None else None
-        return out
+SquaredQ = squared_q(LayerDrafter)
 
 
 def _positions(cls):
