@@ -144,6 +144,8 @@ def _train_layer(texts, model, writer_ref, n_heads, vocab, minutes, out, threads
         return
     top = " ".join("-" if x is None else f"{x:.2f}" for x in s["heldout"]["top1"])
     stop = " (interrupted: saved what was trained)" if s["interrupted"] else ""
+    if s["steps"] < 100 and not s["interrupted"]:
+        stop += " (few steps: the replies took most of the budget; raise --minutes)"
     con.print(f"draft layer for {s['target']}: held-out top-1 at draft steps 1, 2 {top} "
               f"({s['heldout']['positions']} positions); readout {s['vocab']} ids covering {s['covered']:.1%} of labels; "
               f"{s['positions']} training positions from {s['replies']} replies by the {s['writer']}, "

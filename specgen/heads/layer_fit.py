@@ -11,8 +11,8 @@ trained over the frozen target, the whole command short of printing.
    per position the final hidden state (the layer's input and its regression
    target) and the target's argmax (its label, at reply positions only).
 3. Training: Adam over chunks of `chunk` positions laid end to end, with feature
-   noise as EAGLE's, until the budget ends (Ctrl-C: stops and saves what is
-   trained); every tenth chunk held out, checked every `check_every` steps, the
+   noise as EAGLE's, until the budget ends, and for at least a quarter of it where
+   the data ran over (Ctrl-C: stops and saves what is trained); every tenth chunk held out, checked every `check_every` steps, the
    best check's weights kept. The readout covers the `vocab` most frequent labels.
 
 Progress goes to a callback (specgen.heads.fit.Progress); nothing here prints.
@@ -29,6 +29,9 @@ import numpy as np
 
 from specgen.errors import SpecgenError
 from specgen.heads.layer import PARAMS, FeatureLayer, causal_mask, embed_rows, forward, init_params, loss_and_grads
+
+
+TRAIN_FLOOR = 0.25  # of the budget: what training gets even when the replies and their reading ran over
 
 
 @dataclass
@@ -248,8 +251,10 @@ def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: S
     rows: dict = {}
     trainer = LayerTrainer(data, output_rows(model_path, ids), ids, lambda t: embed_rows(model_path, t, rows), opts)
     n_pos = int(keep.sum())
+    # training keeps at least TRAIN_FLOOR of the budget where the data ran past its share
+    deadline = max(t0 + budget, clock() + TRAIN_FLOOR * budget)
     params, score, interrupted = fit_layer(
-        trainer, np.flatnonzero(~held), np.flatnonzero(held), deadline=t0 + budget, clock=clock,
+        trainer, np.flatnonzero(~held), np.flatnonzero(held), deadline=deadline, clock=clock,
         on_step=lambda s, loss, best: report(Progress("train", clock() - t0, budget, n_pos, s, loss, [best])))
     trainer.p = params
     h1, h2 = [], []
