@@ -201,18 +201,25 @@ def _marginals(table, first: int) -> np.ndarray:
     return np.array(out)
 
 
-def _positions(cls):
-    table, heads = _setup()
+def position_pvalues(table, drafter, k: int) -> list[float]:
+    """Chi-square p-values of the tokens at generated positions 1 … POSITIONS (DRAWS sampled
+    runs on the fake target `table`, conditioned on the commonest first token) against the
+    target's own marginals; `drafter(engine)` makes each run's drafter."""
     counts = {}
     for seed in range(DRAWS):
         eng = HiddenFakeEngine(table)
         params = SamplingParams(temperature=PARAMS.temperature, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
-        gen = run(eng, [0, 1], cls(eng, heads), k=N_HEADS, n=POSITIONS + 1, params=params)
+        gen = run(eng, [0, 1], drafter(eng), k=k, n=POSITIONS + 1, params=params)
         counts.setdefault(gen.tokens[0], []).append(gen.tokens[1:])
-    first, rows = max(counts.items(), key=lambda kv: len(kv[1]))  # condition on the commonest first token
-    seen = np.array(rows)
-    expected = _marginals(table, first)
-    return [chisquare(np.bincount(seen[:, i], minlength=SV), len(rows) * expected[i] / expected[i].sum())[1] for i in range(POSITIONS)]
+    first, rows = max(counts.items(), key=lambda kv: len(kv[1]))
+    seen, expected = np.array(rows), _marginals(table, first)
+    return [chisquare(np.bincount(seen[:, i], minlength=SV), len(rows) * expected[i] / expected[i].sum())[1]
+            for i in range(POSITIONS)]
+
+
+def _positions(cls):
+    table, heads = _setup()
+    return position_pvalues(table, lambda eng: cls(eng, heads), N_HEADS)
 
 
 def test_sampled_heads_emit_the_targets_distribution_at_positions_1_to_5():

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from fakes import HiddenFakeEngine, chain_table, squared_q
 from helpers import specgen
-from scipy.stats import chisquare
-from test_heads_drafter import DRAWS, PARAMS, POSITIONS, SV, _marginals
+from test_heads_drafter import SV, position_pvalues
 
 from specgen.decode.generation import Generation
 from specgen.drafters.base import Want
@@ -138,16 +137,7 @@ def _positions(cls):
     rng = np.random.default_rng(3)
     table = (1.5 * rng.standard_normal((SV, SV))).astype(np.float32)
     layer = hand_layer(table, "", n_heads=3, rng=np.random.default_rng(4), ids=[0, 1, 2, 4, 5])  # 3 never drafted
-    counts = {}
-    for seed in range(DRAWS):
-        eng = HiddenFakeEngine(table)
-        params = SamplingParams(temperature=PARAMS.temperature, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
-        gen = run(eng, [0, 1], cls(eng, layer), k=3, n=POSITIONS + 1, params=params)
-        counts.setdefault(gen.tokens[0], []).append(gen.tokens[1:])
-    first, rows = max(counts.items(), key=lambda kv: len(kv[1]))
-    seen, expected = np.array(rows), _marginals(table, first)
-    return [chisquare(np.bincount(seen[:, i], minlength=SV), len(rows) * expected[i] / expected[i].sum())[1]
-            for i in range(POSITIONS)]
+    return position_pvalues(table, lambda eng: cls(eng, layer), 3)
 
 
 def test_sampled_layer_drafts_emit_the_targets_distribution_at_positions_1_to_5():

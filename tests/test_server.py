@@ -799,8 +799,8 @@ def test_the_setup_measurement_runs_on_a_thread_that_ends(gemma_path, monkeypatc
     """open_serving measures the cost profiles before the first request on a thread
     of its own that has ended when it returns: llama.cpp's CPU backend keeps an
     OpenMP team per decoding thread, and one left on the loading thread beside the
-    engine thread's made every pass of a served request sleep at its barriers (the
-    default server read 0.75x plain at concurrency 1 on the Qwen 1.5B)."""
+    engine thread's made every pass of a served request sleep at its barriers
+    (docs/notes/2026-12-07-serving-threads.md)."""
     from specgen.session import ModelOptions, Session
     from specgen.serve.setup import open_serving
 

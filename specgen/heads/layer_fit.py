@@ -37,7 +37,8 @@ TRAIN_FLOOR = 0.25  # of the budget: what training gets even when the replies an
 @dataclass
 class LayerOptions:
     minutes: float = 30.0
-    gen_share: float = 0.3  # of the budget: writing replies (reading them back takes about as long with a 4x writer)
+    gen_share: float = 0.3  # of the budget: writing replies; reading them back takes about as long
+    #                         (docs/notes/2026-12-07-feature-layer-drafting.md)
     reply_tokens: int = 256
     chunk: int = 256  # positions of one training sequence (the layer's attention window is one less)
     vocab: int = 4096  # readout rows: the most frequent labels
