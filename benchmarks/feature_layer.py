@@ -70,7 +70,7 @@ def layer_options(a):
 
     return LayerOptions(minutes=a.collect_minutes + a.train_minutes, reply_tokens=a.reply_tokens, chunk=a.chunk,
                         vocab=a.vocab, attn=a.attn, head_dim=a.head_dim, mlp=a.mlp, batch=a.batch, lr=a.lr,
-                        seed=a.seed, ttt=a.ttt)
+                        seed=a.seed, ttt=a.ttt, soft=a.soft, max_steps=a.steps)
 
 
 def draft_replies(draft: str, a):
@@ -141,6 +141,12 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--ttt", action="store_true", help="training-time test: also train draft step 2 on the layer's "
                     "own features (about 2.5x the time a step)")
+    ap.add_argument("--soft", type=float, default=0.0, help="the share of each label that is the target's "
+                    "distribution over the readout (EAGLE's soft labels), the rest its argmax")
+    ap.add_argument("--steps", type=int, default=None, help="stop training after this many steps (an A/B at equal "
+                    "steps), or at --train-minutes")
+    ap.add_argument("--data", type=Path, default=None, help="keep the collected data in this .npz: read it where it "
+                    "exists instead of collecting (the same data for several training runs)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N instruct requests")
     ap.add_argument("-n", type=int, default=96, help="tokens of each greedy reply")
     ap.add_argument("-t", "--threads", type=int, default=2)
@@ -182,12 +188,18 @@ def trained(eng, target: str, draft: str, a):
     from specgen.heads.layer_fit import read_replies
     from specgen.heads.model import target_identity
 
-    if a.source == "library":
+    if a.data is not None and a.data.exists():
+        with np.load(a.data) as z:
+            data = tuple(z[k] for k in ("tokens", "picks", "hidden", "keep"))
+        print(f"read {data[0].size} positions from {a.data}", flush=True)
+    elif a.source == "library":
         data = collect(eng, a.collect_minutes, a.chunk, a.seed)
     else:
         t0 = time.monotonic()
         data = read_replies(eng, draft_replies(draft, a), a.chunk)
         print(f"read them through the target: {data[0].size} positions in {time.monotonic() - t0:.0f} s", flush=True)
+    if a.data is not None and not a.data.exists():
+        np.savez(a.data, **dict(zip(("tokens", "picks", "hidden", "keep"), data)))
     tokens, picks, hidden, keep = data
     held = np.arange(len(tokens)) % 10 == 9 if len(tokens) >= 10 else np.arange(len(tokens)) == len(tokens) - 1
     vals, counts = np.unique(picks[~held, 1:][keep[~held, 1:]], return_counts=True)
@@ -217,13 +229,14 @@ def trained(eng, target: str, draft: str, a):
 
 
 def instruct_eval(eng, draft: str, layer, seqs, threads: int) -> None:
-    """Top-1 of the layer at steps 1 and 2 on the target's greedy replies, beside the 0.5B draft's agreement."""
+    """Top-1 of the layer at steps 1 and 2 on the target's greedy replies, beside the 0.5B draft's
+    agreement; and the layer's acceptance at draft step 1 when sampling at 0.8 (`overlap`)."""
     from specgen.engine.llama import Engine
     from specgen.heads.layer_fit import layer_hits
 
     with Engine(draft, n_ctx=1024, n_threads=threads) as drf:
-        print(f"{'request':10} {'layer step-1':>13} {'0.5B draft':>11} {'in readout':>11}")
-        all1, all2, alld, inside = [], [], [], []
+        print(f"{'request':10} {'layer step-1':>13} {'0.5B draft':>11} {'in readout':>11} {'sampled 0.8':>12}")
+        all1, all2, alld, inside, accs = [], [], [], [], []
         for rid, prompt, reply in seqs:
             toks = np.asarray(prompt + reply)
             if len(reply) < 2:
@@ -237,10 +250,29 @@ def instruct_eval(eng, draft: str, layer, seqs, threads: int) -> None:
             x, y = layer_hits(layer.params, layer.out, layer.ids, layer.head_dim, hid, layer.embed(toks), tp, rows, toks)
             d = dp[rows + 1] == tp[rows + 1]
             ins = np.isin(tp[rows + 1], layer.ids)
-            all1, all2, alld, inside = all1 + list(x), all2 + y, alld + list(d), inside + list(ins)
-            print(f"{rid:10} {np.mean(x):13.2f} {np.mean(d):11.2f} {np.mean(ins):11.2f}")
-        print(f"{'all':10} {np.mean(all1):13.3f} {np.mean(alld):11.3f} {np.mean(inside):11.3f}   "
+            acc = overlap(layer, hid, toks, rows)
+            all1, all2, alld, inside, accs = all1 + list(x), all2 + y, alld + list(d), inside + list(ins), accs + list(acc)
+            print(f"{rid:10} {np.mean(x):13.2f} {np.mean(d):11.2f} {np.mean(ins):11.2f} {np.mean(acc):12.2f}")
+        print(f"{'all':10} {np.mean(all1):13.3f} {np.mean(alld):11.3f} {np.mean(inside):11.3f} {np.mean(accs):12.3f}   "
               f"layer step-2 given step 1: {np.mean(all2) if all2 else float('nan'):.3f} ({len(all2)})")
+
+
+def overlap(layer, hid, toks, rows, temp: float = 0.8) -> np.ndarray:
+    """Per row: Σ_v min(p_v, q_v), the chance rejection sampling accepts the layer's draft at
+    step 1, p the target's distribution and q the layer's at `temp`, both over the readout
+    (the target's mass outside it is left out, so this bounds the full figure from above)."""
+    from specgen.heads.layer import causal_mask, forward
+
+    t = len(toks) - 1
+    f, _ = forward(layer.params, hid[None, :-1], layer.embed(toks)[None, 1:], np.arange(t)[None], layer.head_dim,
+                   causal_mask(t))
+
+    def dist(h):
+        z = h @ layer.out.T / temp
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    return np.minimum(dist(hid[rows + 1]), dist(f[0][rows])).sum(axis=-1)
 
 
 def round_time(eng, layer, seqs, repeats: int = 5) -> None:

@@ -255,11 +255,15 @@ def smoke_feature_layer(tmp_path):
     assert p.returncode != 0 and "multiple of --head-dim" in p.stderr
     small = ["--collect-minutes", "0", "--train-minutes", "0", "--chunk", "64", "--attn", "64", "--mlp", "64",
              "--limit", "1", "-n", "6", "-t", "1"]
-    p = ok(run(["feature_layer.py", *small, "--source", "library"], tmp_path, timeout=300))
-    assert "library, held out: step-1 top-1" in p.stdout
-    assert "layer step-1" in p.stdout and "0.5B draft" in p.stdout
+    data = tmp_path / "d.npz"
+    p = ok(run(["feature_layer.py", *small, "--source", "library", "--data", str(data)], tmp_path, timeout=300))
+    assert "library, held out: step-1 top-1" in p.stdout and data.exists()
+    assert "layer step-1" in p.stdout and "0.5B draft" in p.stdout and "sampled 0.8" in p.stdout
     assert any(line.startswith("all ") for line in p.stdout.splitlines())
     assert re.search(r"a drafting round of the layer: k=1 [\d.]+ ms .*k=4 [\d.]+ ms", p.stdout)
+    p = ok(run(["feature_layer.py", *small, "--data", str(data), "--soft", "1", "--steps", "1", "--train-minutes", "5"],
+               tmp_path, timeout=300))  # the same data again, soft labels, one step
+    assert re.search(rf"read \d+ positions from {re.escape(str(data))}", p.stdout) and "trained 1 steps" in p.stdout
     p = ok(run(["feature_layer.py", *small, "--reply-tokens", "48", "--save", str(tmp_path / "l.npz")], tmp_path,
                timeout=300))
     assert re.search(r"the draft replied to \d+ seed prompts", p.stdout) and "replies, held out: step-1" in p.stdout

@@ -21,11 +21,11 @@ def tiny(seed=0, d=8, attn=8, mlp=6, b=2, t=5, v=7):
     return params, batch
 
 
-@pytest.mark.parametrize("window", [None, 3])
-def test_every_gradient_matches_finite_differences(window):
+@pytest.mark.parametrize("window, soft", [(None, 0.0), (3, 0.0), (3, 0.6)])
+def test_every_gradient_matches_finite_differences(window, soft):
     params, batch = tiny()
     mask = causal_mask(5, window)
-    kw = dict(head_dim=4, mask=mask, feature_weight=0.7)
+    kw = dict(head_dim=4, mask=mask, feature_weight=0.7, soft=soft)
     _, grads, _ = loss_and_grads(params, **batch, **kw)
     rng = np.random.default_rng(1)
     eps = 1e-6
@@ -74,6 +74,27 @@ def test_the_readout_loss_is_cross_entropy_where_labels_are_and_nothing_elsewher
     assert loss == pytest.approx(ce)  # the feature term is zero where f is the target
     assert np.allclose(df[0, 1], 0.0)  # no label, no feature error: no gradient
     assert top.tolist() == [logits[0].argmax(-1).tolist()]
+
+
+def test_soft_labels_mix_the_target_distribution_into_the_one_hot_label():
+    """With soft = s the label is (1 - s) x one-hot + s x softmax(target · outᵀ): the
+    loss is that cross-entropy, and it is least (its gradient zero, with no feature
+    term) where the layer's distribution is the label itself."""
+    rng = np.random.default_rng(4)
+    f, out, target = rng.standard_normal((1, 1, 4)), rng.standard_normal((5, 4)), rng.standard_normal((1, 1, 4))
+
+    def sm(x):
+        return np.exp(x) / np.exp(x).sum()
+
+    q, p = sm((target @ out.T)[0, 0]), sm((f @ out.T)[0, 0])
+    want = 0.3 * q
+    want[2] += 0.7
+    loss, _, _ = readout_loss(f, out, np.array([[2]]), target, feature_weight=0.0, soft=0.3)
+    assert loss == pytest.approx(-np.sum(want * np.log(p)))
+    _, df_full, _ = readout_loss(target, out, np.array([[2]]), target, feature_weight=0.0, soft=1.0)
+    assert np.allclose(df_full, 0.0)  # the target's own distribution: nothing left to learn
+    _, df_hard, _ = readout_loss(target, out, np.array([[2]]), target, feature_weight=0.0, soft=0.0)
+    assert not np.allclose(df_hard, 0.0)
 
 
 @pytest.mark.parametrize("window", [None, 3])

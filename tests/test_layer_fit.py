@@ -44,9 +44,9 @@ def test_training_on_the_real_model_writes_a_layer_that_drafts(gemma_path, tmp_p
     from specgen.session import open_heads
 
     out = tmp_path / "layer.npz"
-    seen = []  # a budget of 1.2 s, which the replies and their reading overrun: training still gets its floor
+    seen = []  # a budget of 3 s, which the replies and their reading overrun: training still gets its floor
     with Engine(gemma_path, n_ctx=512, n_threads=2, hidden=True) as eng:
-        s = train_layer(eng, gemma_path, LayerOptions(**{**TINY, "minutes": 0.02, "max_steps": 6, "min_chunks": 4}), out=out,
+        s = train_layer(eng, gemma_path, LayerOptions(**{**TINY, "minutes": 0.05, "max_steps": 6, "min_chunks": 4}), out=out,
                         seeds=["Write a haiku about rain.", "List three fruits."], on_progress=seen.append)
         assert s["kind"] == "layer" and s["steps"] == 6 and s["positions"] > 0 and s["replies"] >= 1
         assert {p.phase for p in seen} >= {"replies", "reading", "train"}
@@ -60,8 +60,50 @@ def test_training_on_the_real_model_writes_a_layer_that_drafts(gemma_path, tmp_p
 
 
 @pytest.mark.model
+def test_resuming_a_layer_continues_it_on_its_kept_data_and_new_replies(gemma_path, tmp_path):
+    """--resume: the layer's own shapes win over the options, its parameters are where
+    training starts, and the data of the first run is kept beside the file and trained
+    on again, first (so the same chunks stay held out), with the new replies after it."""
+    from dataclasses import replace
+
+    from specgen.engine.llama import Engine
+    from specgen.heads.layer_fit import data_path, train_layer
+    from specgen.session import open_heads
+
+    out = tmp_path / "layer.npz"
+    opts = LayerOptions(**{**TINY, "minutes": 0.05, "max_steps": 4, "min_chunks": 4})
+    seeds = ["Write a haiku about rain.", "List three fruits."]
+    with Engine(gemma_path, n_ctx=512, n_threads=2, hidden=True) as eng:
+        a = train_layer(eng, gemma_path, opts, out=out, seeds=seeds)
+        with np.load(data_path(out)) as z:
+            first_tokens = z["tokens"]
+        before = open_heads(str(out), gemma_path)
+        b = train_layer(eng, gemma_path, replace(opts, mlp=8, chunk=32), out=out, seeds=seeds, resume=True)
+    after = open_heads(str(out), gemma_path)
+    assert not a.get("resumed") and b["resumed"] and b["runs"] == 2 and b["steps"] == 4 and b["total_steps"] == 8
+    assert after.width == before.width == 16 and after.window == 15  # the file's shapes, not the options'
+    np.testing.assert_array_equal(after.ids, before.ids)
+    moved = max(float(np.abs(after.params[k] - before.params[k]).max()) for k in after.params)
+    assert 0 < moved < 0.02  # 4 warm-up steps on from the first run's weights, not a fresh start
+    with np.load(data_path(out)) as z:
+        assert len(z["tokens"]) > len(first_tokens)
+        np.testing.assert_array_equal(z["tokens"][:len(first_tokens)], first_tokens)
+    assert b["positions"] > a["positions"]
+
+
+def test_a_resumed_run_samples_new_replies():
+    from specgen.heads.layer import FeatureLayer, init_params
+    from specgen.heads.layer_fit import resumed_options
+
+    p = init_params(8, 16, 12, np.random.default_rng(0))
+    old = FeatureLayer(p, np.arange(4), np.zeros((4, 8)), 10, "t", head_dim=8, window=31, n_heads=3, info={"runs": 2})
+    o = resumed_options(old, LayerOptions(chunk=256, mlp=2048, attn=256, seed=5))
+    assert (o.chunk, o.attn, o.mlp, o.head_dim, o.n_heads) == (32, 16, 12, 8, 3) and o.seed == 7
+
+
+@pytest.mark.model
 @pytest.mark.parametrize("args, says", [
-    (["--kind", "layer", "--resume"], "--resume continues heads, not a layer"),
+    (["--kind", "layer", "--resume"], "heads file not found"),
     (["--kind", "hydra", "--writer", "x.gguf"], "--writer writes the replies of --kind layer only"),
     (["--kind", "layer", "--n-heads", "0"], "--n-heads between 1 and 8"),
 ])

@@ -121,8 +121,6 @@ def _train_layer(texts, model, writer_ref, n_heads, vocab, minutes, out, threads
     from specgen.models.registry import resolve_model
     from specgen.models.vocab import require_compatible
 
-    if resume:
-        raise SpecgenError("--resume continues heads, not a layer: train the layer again")
     opts = LayerOptions(minutes=minutes, n_heads=n_heads, vocab=4096 if vocab is None else vocab)
     check_layer_options(opts)
     path = resolve_model(model)
@@ -135,7 +133,8 @@ def _train_layer(texts, model, writer_ref, n_heads, vocab, minutes, out, threads
             if writer is not None:
                 require_compatible(engine, writer)
             with TrainProgress(con) as progress:
-                s = train_layer(engine, path, opts, writer=writer, seeds=seeds, out=out, on_progress=progress)
+                s = train_layer(engine, path, opts, writer=writer, seeds=seeds, out=out, resume=resume,
+                                on_progress=progress)
         finally:
             if writer is not None:
                 writer.close()
@@ -144,12 +143,13 @@ def _train_layer(texts, model, writer_ref, n_heads, vocab, minutes, out, threads
         return
     top = " ".join("-" if x is None else f"{x:.2f}" for x in s["heldout"]["top1"])
     stop = " (interrupted: saved what was trained)" if s["interrupted"] else ""
+    runs = f" ({s['total_steps']} over {s['runs']} runs)" if s["resumed"] else ""
     if s["steps"] < 100 and not s["interrupted"]:
         stop += " (few steps: the replies took most of the budget; raise --minutes)"
     con.print(f"draft layer for {s['target']}: held-out top-1 at draft steps 1, 2 {top} "
               f"({s['heldout']['positions']} positions); readout {s['vocab']} ids covering {s['covered']:.1%} of labels; "
               f"{s['positions']} training positions from {s['replies']} replies by the {s['writer']}, "
-              f"{s['steps']} steps, {s['seconds']:.0f} s{stop}", soft_wrap=True)
+              f"{s['steps']} steps{runs}, {s['seconds']:.0f} s{stop}", soft_wrap=True)
     con.print(s["path"], soft_wrap=True)
 
 

@@ -12,8 +12,9 @@ matrix, frozen and restricted to `ids`, reads a token out of that prediction:
 
 Drafting is autoregressive: f stands in for h_{t+1} at the next position, with
 the drafted token's embedding. Training minimises cross-entropy against the
-target's argmax at t+1 plus `feature_weight` x smooth-L1(f - h_{t+1}), the
-feature regression EAGLE found carries the later positions.
+target's argmax at t+1 (or a mix of it and the target's distribution there)
+plus `feature_weight` x smooth-L1(f - h_{t+1}), the feature regression EAGLE
+found carries the later positions.
 
 `forward` keeps what `backward` needs; `loss_and_grads` is the two together.
 Shapes: a batch of B sequences of T positions; attention heads of `head_dim`.
@@ -174,23 +175,25 @@ def backward(params: dict, c: Cache, df: np.ndarray, head_dim: int) -> dict[str,
 
 
 def readout_loss(f: np.ndarray, out: np.ndarray, labels: np.ndarray, target: np.ndarray,
-                 feature_weight: float) -> tuple[float, np.ndarray, np.ndarray]:
+                 feature_weight: float, soft: float = 0.0) -> tuple[float, np.ndarray, np.ndarray]:
     """Cross-entropy of logits f · outᵀ against `labels` (slots into out's rows;
     -1: no label), plus feature_weight x the mean smooth-L1 of f - target.
-    Returns (loss, d loss / d f, the argmax slots)."""
+    `soft`: the share of the label that is the target's own distribution over
+    out's rows, softmax(target · outᵀ), instead of its argmax (EAGLE's soft labels;
+    the rest stays one-hot). Returns (loss, d loss / d f, the argmax slots)."""
     logits = f @ out.T
     top = logits.argmax(axis=-1)
-    logits = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(logits)
-    prob = e / e.sum(axis=-1, keepdims=True)
+    prob = _softmax(logits)
     has = labels >= 0
     n = max(int(has.sum()), 1)
     safe = np.where(has, labels, 0)
-    picked = np.take_along_axis(prob, safe[..., None], axis=-1)[..., 0]
-    ce = float(-np.sum(np.log(np.maximum(picked, 1e-30)) * has) / n)
-    dlog = prob
-    np.put_along_axis(dlog, safe[..., None], np.take_along_axis(dlog, safe[..., None], axis=-1) - 1.0, axis=-1)
-    dlog *= has[..., None] / n
+    want = np.zeros_like(prob)
+    np.put_along_axis(want, safe[..., None], 1.0 - soft, axis=-1)
+    if soft:
+        want += soft * _softmax(target @ out.T)
+    logp = np.log(np.maximum(prob, 1e-30))
+    ce = float(-np.sum(np.sum(want * logp, axis=-1) * has) / n)
+    dlog = (prob - want) * (has[..., None] / n)
     df = dlog @ out
     diff = f - target
     ad = np.abs(diff)
@@ -200,11 +203,16 @@ def readout_loss(f: np.ndarray, out: np.ndarray, labels: np.ndarray, target: np.
     return ce + feature_weight * feat, df.astype(f.dtype, copy=False), top
 
 
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 def loss_and_grads(params: dict, hidden, emb, pos, target, labels, out, *, head_dim: int, mask,
-                   feature_weight: float = 1.0) -> tuple[float, dict[str, np.ndarray], np.ndarray]:
+                   feature_weight: float = 1.0, soft: float = 0.0) -> tuple[float, dict[str, np.ndarray], np.ndarray]:
     """One batch: the loss, every parameter's gradient, and the argmax slots."""
     f, cache = forward(params, hidden, emb, pos, head_dim, mask)
-    loss, df, top = readout_loss(f, out, labels, target, feature_weight)
+    loss, df, top = readout_loss(f, out, labels, target, feature_weight, soft)
     return loss, backward(params, cache, df, head_dim), top
 
 

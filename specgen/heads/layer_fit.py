@@ -50,6 +50,7 @@ class LayerOptions:
     n_heads: int = 6  # the longest draft a round
     check_every: int = 50
     ttt: bool = False  # training-time test: each step also trains draft step 2 on the layer's own features
+    soft: float = 0.0  # the share of each label that is the target's distribution (specgen.heads.layer.readout_loss)
     min_chunks: int = 22  # replies go on past their share of the budget until they fill this many chunks
     max_steps: int | None = None  # tests
     seed: int = 0
@@ -58,6 +59,8 @@ class LayerOptions:
 def check_layer_options(o: LayerOptions) -> None:
     if o.minutes <= 0 or not 0 < o.gen_share < 1:
         raise SpecgenError("--minutes must be > 0 (and the replies' share of it between 0 and 1)")
+    if not 0 <= o.soft <= 1:
+        raise SpecgenError("the soft share of a label must be between 0 and 1")
     if o.attn % o.head_dim or o.head_dim % 2 or o.chunk < 8 or o.vocab < 16 or not 1 <= o.n_heads <= 8:
         raise SpecgenError("a layer needs attention a multiple of an even head width, chunks of 8+, --vocab >= 16 "
                            "and --n-heads between 1 and 8")
@@ -115,16 +118,55 @@ def read_replies(engine, samples, chunk: int, on_step=None):
     return tuple(x.reshape(n // chunk, chunk, *x.shape[1:]) for x in cut)
 
 
-class LayerTrainer:
-    """Adam over the layer's parameters on chunks of (tokens, picks, hidden, keep)."""
+DATA_KEYS = ("tokens", "picks", "hidden", "keep")
 
-    def __init__(self, data, out: np.ndarray, ids: np.ndarray, embed, opts: LayerOptions) -> None:
+
+def data_path(out: Path) -> Path:
+    """Where the data a layer was trained on is kept: beside its file, as the heads keep theirs."""
+    return out.with_name(out.stem + ".data.npz")
+
+
+def save_data(path: Path, data, target: str) -> None:
+    """(tokens, picks, hidden, keep) of read_replies, atomically (specgen.heads.model.write_npz)."""
+    from specgen.heads.model import write_npz
+
+    write_npz(path, dict(zip(DATA_KEYS, data)), {"target": target, "chunk": int(data[0].shape[1])}, "training data")
+
+
+def load_data(path: Path, target: str, chunk: int):
+    """What `save_data` wrote for this target in chunks of `chunk`; None when there is none,
+    it is damaged, or of another target or chunk (the run trains on its new data alone then)."""
+    import json
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(bytes(z["meta"]).decode())
+            data = tuple(z[k] for k in DATA_KEYS)
+    except Exception:  # noqa: BLE001 - missing or damaged: nothing earlier to train on
+        return None
+    return data if meta.get("target") == target and meta.get("chunk") == chunk else None
+
+
+def resumed_options(old: FeatureLayer, opts: LayerOptions) -> LayerOptions:
+    """`opts` with the shapes of the layer being resumed (its window, heads, widths, draft length)."""
+    from dataclasses import replace
+
+    return replace(opts, chunk=old.window + 1, head_dim=old.head_dim, n_heads=old.n_heads,
+                   attn=int(old.params["wq"].shape[1]), mlp=old.width, seed=opts.seed + int(old.info.get("runs", 1)))
+
+
+class LayerTrainer:
+    """Adam over the layer's parameters on chunks of (tokens, picks, hidden, keep), from
+    `params` where given (a resumed layer's), else small random ones."""
+
+    def __init__(self, data, out: np.ndarray, ids: np.ndarray, embed, opts: LayerOptions, params=None) -> None:
         tokens, picks, hidden, self.keep = data
         self.tokens, self.picks, self.hidden, self.out, self.ids, self.embed, self.o = tokens, picks, hidden, out, ids, embed, opts
         self.slot = np.full(int(max(tokens.max(), picks.max(), ids.max())) + 1, -1, np.int64)
         self.slot[ids] = np.arange(len(ids))
         self.rng = np.random.default_rng(opts.seed)
-        self.p = init_params(hidden.shape[2], opts.attn, opts.mlp, self.rng)
+        self.p = ({k: np.array(v, np.float32) for k, v in params.items()} if params is not None
+                  else init_params(hidden.shape[2], opts.attn, opts.mlp, self.rng))
         self.m1 = {k: np.zeros_like(v) for k, v in self.p.items()}
         self.m2 = {k: np.zeros_like(v) for k, v in self.p.items()}
         t = tokens.shape[1] - 1
@@ -145,7 +187,8 @@ class LayerTrainer:
             h = np.concatenate([h, np.concatenate([h[:, :1], f[:, :-1]], axis=1)], axis=1)
             e, target, labels = (np.concatenate([x, x], axis=1) for x in (e, target, labels))
             pos, mask = self.pos2[:len(chunks)], self.mask2
-        loss, g, _ = loss_and_grads(self.p, h, e, pos, target, labels, self.out, head_dim=self.o.head_dim, mask=mask)
+        loss, g, _ = loss_and_grads(self.p, h, e, pos, target, labels, self.out, head_dim=self.o.head_dim, mask=mask,
+                                    soft=self.o.soft)
         self.steps += 1
         lr, b1, b2, t = self.o.lr * min(1.0, self.steps / 50), 0.9, 0.98, self.steps
         for k in PARAMS:
@@ -221,13 +264,15 @@ def fit_layer(trainer: LayerTrainer, train_ix: np.ndarray, held_ix: np.ndarray, 
 
 
 def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: Sequence[str] = (),
-                out: Path | None = None, on_progress=None, clock: Callable[[], float] = time.monotonic) -> dict:
-    """Train a layer for the target `engine` (opened with hidden=True, from `model_path`),
-    on replies written by `writer` (an engine of the same vocabulary; None: the target),
-    to the `seeds` (default: the built-in seed prompts); save it to `out` (default: the
-    heads file of the target). Returns what it measured."""
+                out: Path | None = None, resume: bool = False, on_progress=None,
+                clock: Callable[[], float] = time.monotonic) -> dict:
+    """Train (with `resume`, continue) a layer for the target `engine` (opened with hidden=True,
+    from `model_path`), on replies written by `writer` (an engine of the same vocabulary;
+    None: the target), to the `seeds` (default: the built-in seed prompts); save it to
+    `out` (default: the heads file of the target). Returns what it measured."""
     from specgen.heads.collect import output_rows
     from specgen.heads.fit import Progress
+    from specgen.heads.layer import load_any
     from specgen.heads.model import heads_path, target_identity
     from specgen.heads.seeds import builtin_seeds
 
@@ -235,22 +280,31 @@ def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: S
     t0, budget = clock(), opts.minutes * 60.0
     identity = target_identity(model_path)
     out = Path(out) if out is not None else heads_path(identity)
+    old = load_any(out, identity) if resume else None
+    if old is not None and old.kind != FeatureLayer.kind:
+        raise SpecgenError(f"{out} holds {old.kind} heads, not a layer: --resume continues the kind it holds")
+    opts = resumed_options(old, opts) if old is not None else opts
+    earlier = load_data(data_path(out), identity, opts.chunk) if old is not None else None
     output_rows(model_path)  # refuse an unreadable output matrix before spending time on data
     report = on_progress or (lambda p: None)
     seeds = list(seeds) or [t for _, t in builtin_seeds()]
     samples = write_replies(writer or engine, seeds, opts, deadline=t0 + budget * opts.gen_share,
-                            least=opts.min_chunks * opts.chunk, clock=clock,
+                            least=opts.min_chunks * opts.chunk if earlier is None else 0, clock=clock,
                             on_step=lambda n: report(Progress("replies", clock() - t0, budget, n)))
     data = read_replies(engine, samples, opts.chunk,
                         on_step=lambda n: report(Progress("reading", clock() - t0, budget, n)))
+    if earlier is not None:  # the earlier chunks first: the same ones stay held out
+        data = tuple(np.concatenate([a, b]) for a, b in zip(earlier, data))
+    save_data(data_path(out), data, identity)
     tokens, picks, _, keep = data
     held = np.arange(len(tokens)) % 10 == 9
     vals, counts = np.unique(picks[~held, 1:][keep[~held, 1:]], return_counts=True)
-    ids = vals[np.argsort(-counts)[:opts.vocab]].astype(np.int32)
+    ids = old.ids if old is not None else vals[np.argsort(-counts)[:opts.vocab]].astype(np.int32)
     if not len(ids):
         raise SpecgenError("too little training data (no reply positions to learn from): raise --minutes")
     rows: dict = {}
-    trainer = LayerTrainer(data, output_rows(model_path, ids), ids, lambda t: embed_rows(model_path, t, rows), opts)
+    trainer = LayerTrainer(data, output_rows(model_path, ids), ids, lambda t: embed_rows(model_path, t, rows), opts,
+                           params=old.params if old is not None else None)
     n_pos = int(keep.sum())
     # training keeps at least TRAIN_FLOOR of the budget where the data ran past its share
     deadline = max(t0 + budget, clock() + TRAIN_FLOOR * budget)
@@ -264,10 +318,13 @@ def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: S
         h1, h2 = h1 + a, h2 + b
     top1 = [float(np.mean(h1)) if h1 else None, float(np.mean(h2)) if h2 else None]
     covered = float(np.isin(picks[keep], ids).mean())
-    info = {"heldout": {"top1": top1, "positions": len(h1)}, "replies": len(samples), "positions": n_pos,
-            "steps": trainer.steps, "covered": round(covered, 4), "writer": "draft" if writer is not None else "target"}
+    prev = old.info if old is not None else {}
+    info = {"heldout": {"top1": top1, "positions": len(h1)}, "replies": len(samples) + prev.get("replies", 0),
+            "positions": n_pos, "steps": trainer.steps, "total_steps": trainer.steps + prev.get("total_steps", 0),
+            "runs": prev.get("runs", 0) + 1, "covered": round(covered, 4),
+            "writer": "draft" if writer is not None else "target"}
     layer = FeatureLayer(params, ids, trainer.out, engine.n_vocab, identity, head_dim=opts.head_dim,
                          window=opts.chunk - 1, n_heads=opts.n_heads, info=info)
     layer.save(out)
     return {"path": str(out), "target": identity, "kind": "layer", "n_heads": opts.n_heads, "vocab": len(ids),
-            **info, "interrupted": interrupted, "seconds": round(clock() - t0, 2)}
+            **info, "interrupted": interrupted, "seconds": round(clock() - t0, 2), "resumed": old is not None}

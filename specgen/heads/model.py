@@ -212,8 +212,9 @@ def save_heads(heads: Heads, path) -> None:
     write_npz(path, arrays)
 
 
-def write_npz(path: Path, arrays: dict, meta: dict | None = None) -> None:
-    """Write `arrays` (and `meta` as the JSON header) to the npz at `path`, atomically."""
+def write_npz(path: Path, arrays: dict, meta: dict | None = None, what: str = "heads file") -> None:
+    """Write `arrays` (and `meta` as the JSON header) to the npz at `path`, atomically; a failure
+    is one SpecgenError line that names the file as `what`."""
     if meta is not None:
         arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -224,7 +225,7 @@ def write_npz(path: Path, arrays: dict, meta: dict | None = None) -> None:
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise SpecgenError(f"cannot write heads file {path}: {e.strerror or e}") from None
+        raise SpecgenError(f"cannot write {what} {path}: {e.strerror or e}") from None
 
 
 def read_meta(path) -> dict:
