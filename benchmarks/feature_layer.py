@@ -70,7 +70,8 @@ def layer_options(a):
 
     return LayerOptions(minutes=a.collect_minutes + a.train_minutes, reply_tokens=a.reply_tokens, chunk=a.chunk,
                         vocab=a.vocab, attn=a.attn, head_dim=a.head_dim, mlp=a.mlp, batch=a.batch, lr=a.lr,
-                        seed=a.seed, ttt=a.ttt, soft=a.soft, max_steps=a.steps)
+                        seed=a.seed, ttt=a.ttt, soft=a.soft, weight_decay=a.weight_decay,
+                        max_steps=a.steps)
 
 
 def draft_replies(draft: str, a):
@@ -143,6 +144,7 @@ def main() -> None:
                     "own features (about 2.5x the time a step)")
     ap.add_argument("--soft", type=float, default=0.0, help="the share of each label that is the target's "
                     "distribution over the readout (EAGLE's soft labels), the rest its argmax")
+    ap.add_argument("--weight-decay", type=float, default=0.0, help="decoupled weight decay (AdamW) on the matrices")
     ap.add_argument("--steps", type=int, default=None, help="stop training after this many steps (an A/B at equal "
                     "steps), or at --train-minutes")
     ap.add_argument("--data", type=Path, default=None, help="keep the collected data in this .npz: read it where it "
@@ -215,8 +217,10 @@ def trained(eng, target: str, draft: str, a):
         x, y = trainer.hits(int(c))
         h1 += x
         h2 += y
+    fit = [x for c in np.flatnonzero(~held)[:12] for x in trainer.hits(int(c), step2=False)[0]]
     print(f"{a.source}, held out: step-1 top-1 {np.mean(h1):.3f} ({len(h1)} positions), "
-          f"step-2 given step 1 {np.mean(h2) if h2 else float('nan'):.3f} ({len(h2)})")
+          f"step-2 given step 1 {np.mean(h2) if h2 else float('nan'):.3f} ({len(h2)}); "
+          f"on its first 12 training chunks {np.mean(fit):.3f}")
     info = {"heldout": {"top1": [float(np.mean(h1)), float(np.mean(h2)) if h2 else None]},
             "source": a.source, "positions": int(tokens.size)}
     layer = FeatureLayer(trainer.p, ids, out, eng.n_vocab, target_identity(target), head_dim=a.head_dim,

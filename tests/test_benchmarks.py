@@ -257,7 +257,7 @@ def smoke_feature_layer(tmp_path):
              "--limit", "1", "-n", "6", "-t", "1"]
     data = tmp_path / "d.npz"
     p = ok(run(["feature_layer.py", *small, "--source", "library", "--data", str(data)], tmp_path, timeout=300))
-    assert "library, held out: step-1 top-1" in p.stdout and data.exists()
+    assert "library, held out: step-1 top-1" in p.stdout and "on its first 12 training chunks" in p.stdout and data.exists()
     assert "layer step-1" in p.stdout and "0.5B draft" in p.stdout and "sampled 0.8" in p.stdout
     assert any(line.startswith("all ") for line in p.stdout.splitlines())
     assert re.search(r"a drafting round of the layer: k=1 [\d.]+ ms .*k=4 [\d.]+ ms", p.stdout)

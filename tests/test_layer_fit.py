@@ -150,3 +150,28 @@ def test_the_trainer_with_the_training_time_test_learns_too():
     params, _, _ = fit_layer(trainer, np.arange(24), np.arange(24, 30), deadline=float("inf"))
     trainer.p = params
     assert np.mean([x for c in range(24, 30) for x in trainer.hits(c, step2=False)[0]]) > 0.8
+
+
+def test_weight_decay_shrinks_the_matrices_alone_by_its_share_of_the_step():
+    """AdamW's decoupled decay: beside the same Adam step, each matrix loses lr x decay x
+    itself; gains and biases are not decayed."""
+    rng = np.random.default_rng(2)
+    n, t, d, v = 6, 10, 16, 8
+    data = (rng.integers(0, v, (n, t)).astype(np.int32), rng.integers(0, v, (n, t)).astype(np.int32),
+            rng.standard_normal((n, t, d)).astype(np.float16), np.ones((n, t), bool))
+    table = rng.standard_normal((v, d)).astype(np.float32)
+
+    def trained(decay):
+        tr = LayerTrainer(data, table.copy(), np.arange(v), lambda x: table[np.asarray(x)],
+                          LayerOptions(**{**TINY, "chunk": t, "weight_decay": decay}))
+        before = {k: x.copy() for k, x in tr.p.items()}
+        tr.step(np.array([0, 1]))
+        return before, tr.p
+
+    p0, plain = trained(0.0)
+    _, decayed = trained(0.5)
+    lr = TINY["lr"] / 50  # the first step of the warm-up
+    for k in plain:
+        want = plain[k] - (lr * 0.5 * p0[k] if p0[k].ndim == 2 else 0.0)
+        np.testing.assert_allclose(decayed[k], want, rtol=1e-5, atol=1e-7, err_msg=k)
+    assert not np.allclose(decayed["w1"], plain["w1"])

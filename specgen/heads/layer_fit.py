@@ -50,6 +50,7 @@ class LayerOptions:
     n_heads: int = 6  # the longest draft a round
     check_every: int = 50
     ttt: bool = False  # training-time test: each step also trains draft step 2 on the layer's own features
+    weight_decay: float = 0.0  # decoupled (AdamW), on the matrices only
     soft: float = 0.0  # the share of each label that is the target's distribution (specgen.heads.layer.readout_loss)
     min_chunks: int = 22  # replies go on past their share of the budget until they fill this many chunks
     max_steps: int | None = None  # tests
@@ -59,8 +60,8 @@ class LayerOptions:
 def check_layer_options(o: LayerOptions) -> None:
     if o.minutes <= 0 or not 0 < o.gen_share < 1:
         raise SpecgenError("--minutes must be > 0 (and the replies' share of it between 0 and 1)")
-    if not 0 <= o.soft <= 1:
-        raise SpecgenError("the soft share of a label must be between 0 and 1")
+    if not 0 <= o.soft <= 1 or o.weight_decay < 0:
+        raise SpecgenError("the soft share of a label must be between 0 and 1, and weight decay at least 0")
     if o.attn % o.head_dim or o.head_dim % 2 or o.chunk < 8 or o.vocab < 16 or not 1 <= o.n_heads <= 8:
         raise SpecgenError("a layer needs attention a multiple of an even head width, chunks of 8+, --vocab >= 16 "
                            "and --n-heads between 1 and 8")
@@ -195,6 +196,8 @@ class LayerTrainer:
             self.m1[k] = b1 * self.m1[k] + (1 - b1) * g[k]
             self.m2[k] = b2 * self.m2[k] + (1 - b2) * g[k] ** 2
             upd = lr * (self.m1[k] / (1 - b1 ** t)) / (np.sqrt(self.m2[k] / (1 - b2 ** t)) + 1e-8)
+            if self.o.weight_decay and self.p[k].ndim == 2:
+                upd += lr * self.o.weight_decay * self.p[k]
             self.p[k] -= upd.astype(np.float32)
         return loss
 
