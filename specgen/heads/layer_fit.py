@@ -323,8 +323,9 @@ def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: S
     covered = float(np.isin(picks[keep], ids).mean())
     prev = old.info if old is not None else {}
     info = {"heldout": {"top1": top1, "positions": len(h1)}, "replies": len(samples) + prev.get("replies", 0),
-            "positions": n_pos, "steps": trainer.steps, "total_steps": trainer.steps + prev.get("total_steps", 0),
-            "runs": prev.get("runs", 0) + 1, "covered": round(covered, 4),
+            "positions": n_pos, "steps": trainer.steps,  # a file from before runs were counted: one run of "steps"
+            "total_steps": trainer.steps + prev.get("total_steps", prev.get("steps", 0)),
+            "runs": prev.get("runs", 1 if old is not None else 0) + 1, "covered": round(covered, 4),
             "writer": "draft" if writer is not None else "target"}
     layer = FeatureLayer(params, ids, trainer.out, engine.n_vocab, identity, head_dim=opts.head_dim,
                          window=opts.chunk - 1, n_heads=opts.n_heads, info=info)
