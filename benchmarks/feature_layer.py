@@ -70,23 +70,25 @@ def layer_options(a):
 
     return LayerOptions(minutes=a.collect_minutes + a.train_minutes, reply_tokens=a.reply_tokens, chunk=a.chunk,
                         vocab=a.vocab, attn=a.attn, head_dim=a.head_dim, mlp=a.mlp, batch=a.batch, lr=a.lr,
-                        seed=a.seed, ttt=a.ttt, soft=a.soft, weight_decay=a.weight_decay,
+                        seed=a.seed, writers=a.writers, ttt=a.ttt, soft=a.soft, weight_decay=a.weight_decay,
                         max_steps=a.steps)
 
 
 def draft_replies(draft: str, a):
-    """The 0.5B's replies to the built-in seed prompts (specgen.heads.layer_fit.write_replies) for
-    --collect-minutes."""
+    """The 0.5B's replies to the built-in seed prompts (specgen.heads.layer_fit.write_replies,
+    --writers at once) for --collect-minutes."""
     from specgen.engine.llama import Engine
-    from specgen.heads.layer_fit import write_replies
+    from specgen.heads.layer_fit import seed_prompts, write_replies
     from specgen.heads.seeds import builtin_seeds
 
-    t0 = time.monotonic()
-    with Engine(draft, n_ctx=1024, n_threads=a.threads) as writer:
-        out = write_replies(writer, [t for _, t in builtin_seeds()], layer_options(a),
-                            deadline=t0 + a.collect_minutes * 60, least=2 * a.chunk)
-    print(f"the draft replied to {len(out)} seed prompts: {sum(len(t) - s for t, s in out)} tokens in "
-          f"{time.monotonic() - t0:.0f} s", flush=True)
+    t0, out, o = time.monotonic(), [], layer_options(a)
+    rng = np.random.default_rng(a.seed)
+    with Engine(draft, n_ctx=1024 * a.writers, n_seq_max=a.writers, kv_unified=True, n_threads=a.threads) as writer:
+        prompts = seed_prompts(writer, [t for _, t in builtin_seeds()], rng)
+        while time.monotonic() < t0 + a.collect_minutes * 60 or sum(len(t) - s for t, s in out) < 2 * a.chunk:
+            out += write_replies(writer, [next(prompts) for _ in range(2 * a.writers)], o, rng)
+    print(f"the draft replied to {len(out)} seed prompts ({a.writers} at once): {sum(len(t) - s for t, s in out)} "
+          f"tokens in {time.monotonic() - t0:.0f} s", flush=True)
     return out
 
 
@@ -132,6 +134,7 @@ def main() -> None:
                          "to the built-in seed prompts (--collect-minutes of generating), read by the target")
     ap.add_argument("--collect-minutes", type=float, default=9.0)
     ap.add_argument("--reply-tokens", type=int, default=256, help="at most this many tokens of each draft reply")
+    ap.add_argument("--writers", type=int, default=16, help="draft replies written at once (1: one after another)")
     ap.add_argument("--train-minutes", type=float, default=12.0)
     ap.add_argument("--chunk", type=int, default=256, help="positions per teacher-forced chunk")
     ap.add_argument("--vocab", type=int, default=4096, help="readout rows: the most frequent training labels")

@@ -175,3 +175,92 @@ def test_weight_decay_shrinks_the_matrices_alone_by_its_share_of_the_step():
         want = plain[k] - (lr * 0.5 * p0[k] if p0[k].ndim == 2 else 0.0)
         np.testing.assert_allclose(decayed[k], want, rtol=1e-5, atol=1e-7, err_msg=k)
     assert not np.allclose(decayed["w1"], plain["w1"])
+
+
+class _ChainWriter:
+    """A fake writer: the token after x is (3x + 1) mod V, sure enough that a draw at 0.8
+    always takes it; EOG is token 0. Counts its decodes and the rows of each."""
+
+    n_batch, V = 64, 50
+
+    def __init__(self, n_seq_max: int) -> None:
+        self.n_seq_max, self.kv, self.rows = n_seq_max, [[] for _ in range(n_seq_max)], []
+
+    def truncate(self, seq, n):
+        del self.kv[seq][n:]
+
+    def is_eog(self, tok):
+        return tok == 0
+
+    def decode_batch(self, parts):
+        self.rows.append(sum(len(t) for _, t, _ in parts))
+        out = []
+        for seq, toks, n in parts:
+            self.kv[seq] += list(toks)
+            rows = np.zeros((n, self.V), np.float32)
+            for j, x in enumerate(self.kv[seq][len(self.kv[seq]) - n:]):
+                rows[j, (3 * x + 1) % self.V] = 60.0
+            out.append(rows)
+        return out
+
+
+@pytest.mark.parametrize("n_batch", [64, 4])  # the next prompts in a step's decode, or (too many rows) a prefill of their own
+def test_replies_are_written_several_at_once_each_on_its_own_prompt(n_batch):
+    """write_replies: every reply continues its own prompt (the chain from the prompt's last
+    token), stops at EOG or reply_tokens, finished sequences take the next prompts, and
+    the steps hold several sequences' rows (the point: a decode a step, not a reply)."""
+    from specgen.heads.layer_fit import write_replies
+
+    def chain(x, n):
+        out = []
+        while len(out) < n and (x := (3 * x + 1) % 50) != 0:
+            out.append(x)
+        return out
+
+    prompts = [[5, s] for s in (2, 7, 11, 13, 16, 23, 31, 40, 44)]
+    w = _ChainWriter(n_seq_max=4)
+    w.n_batch = n_batch
+    got = write_replies(w, prompts, LayerOptions(reply_tokens=12, writers=4), np.random.default_rng(0))
+    for prompt, (tokens, start) in zip(prompts, got):
+        assert start == len(prompt) and tokens[:start] == prompt
+        assert tokens[start:] == chain(prompt[-1], 12), (prompt, tokens)
+    written = sum(len(t) - s for t, s in got)
+    assert written > 0 and max(w.rows) > 1
+    assert len(w.rows) < written / 2  # a step serves several replies
+    assert all(len(kv) == 0 for kv in w.kv)  # the writer's sequences are left empty
+
+
+def test_collecting_takes_turns_until_the_deadline_and_reads_every_reply():
+    from specgen.heads.layer_fit import collect_replies
+
+    class Reader:  # the target: picks and hidden rows of what it reads, one sample at a time
+        n_embd = 3
+
+        def __init__(self):
+            self.kv, self.read = [], []
+
+        def truncate(self, seq, n):
+            del self.kv[n:]
+
+        def decode_batch(self, parts):
+            (seq, toks, n), = parts
+            self.kv, self.read = list(toks), self.read + [len(toks)]
+            return [np.eye(50, dtype=np.float32)[[(t + 1) % 50 for t in toks]]]
+
+        def hidden_at(self, seq, p):
+            return np.full(3, self.kv[p], np.float32)
+
+    class Writer(_ChainWriter):
+        def chat_template(self):
+            return None
+
+        def tokenize(self, text):
+            return [5, len(text) % 49 + 1]
+
+    clock = iter(range(100))
+    data, replies = collect_replies(Reader(), Writer(2), ["ab", "abc", "abcd"], LayerOptions(chunk=8, writers=2, reply_tokens=6),
+                                    deadline=2, least=0, clock=lambda: next(clock))
+    tokens, picks, hidden, keep = data
+    assert replies == 12  # 3 rounds of 2 x writers replies: the clock passes 2 after the third
+    assert tokens.shape[1] == 8 and np.array_equal(picks, (tokens + 1) % 50)
+    assert np.array_equal(hidden[..., 0], tokens.astype(np.float16)) and keep.any() and not keep.all()

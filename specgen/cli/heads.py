@@ -126,9 +126,12 @@ def _train_layer(texts, model, writer_ref, n_heads, vocab, minutes, out, threads
     path = resolve_model(model)
     seeds = [t for _, t in seeds_from_files(texts)] if texts else []
     con = render.stderr_console()
-    n_ctx = max(1024, opts.reply_tokens + 768)
-    with Engine(path, n_ctx=n_ctx, n_threads=threads, hidden=True, n_batch=n_ctx) as engine:
-        writer = Engine(resolve_model(writer_ref), n_ctx=n_ctx, n_threads=threads) if writer_ref else None
+    n_ctx = max(1024, opts.reply_tokens + 768)  # a sequence's: prompt and reply, read in one pass
+    # the writer's cache holds its `writers` replies at once, in one pool (kv_unified)
+    many = dict(n_ctx=n_ctx * opts.writers, n_seq_max=opts.writers, kv_unified=True)
+    with Engine(path, **(many if writer_ref is None else {"n_ctx": n_ctx}), n_threads=threads, hidden=True,
+                n_batch=n_ctx) as engine:
+        writer = Engine(resolve_model(writer_ref), **many, n_threads=threads) if writer_ref else None
         try:
             if writer is not None:
                 require_compatible(engine, writer)

@@ -5,11 +5,13 @@ trained over the frozen target, the whole command short of printing.
    passages of the given files) through the chat template, each answered at
    temperature 0.8 (at most `reply_tokens`), by a writer: a draft model of the
    same vocabulary when one is given (several times faster than the target, and
-   its replies lie near the target's), else the target itself; for `gen_share`
-   of the budget.
+   its replies lie near the target's), else the target itself; `writers` replies
+   at once, one decode a step over all of them.
 2. Reading: every reply read back through the target in one pass, every row out:
    per position the final hidden state (the layer's input and its regression
-   target) and the target's argmax (its label, at reply positions only).
+   target) and the target's argmax (its label, at reply positions only). Writing
+   and reading take turns, a round of replies at a time, for `data_share` of the
+   budget.
 3. Training: Adam over chunks of `chunk` positions laid end to end, with feature
    noise as EAGLE's, until the budget ends, and for at least a quarter of it where
    the data ran over (Ctrl-C: stops and saves what is trained); every tenth chunk held out, checked every `check_every` steps, the
@@ -37,8 +39,8 @@ TRAIN_FLOOR = 0.25  # of the budget: what training gets even when the replies an
 @dataclass
 class LayerOptions:
     minutes: float = 30.0
-    gen_share: float = 0.3  # of the budget: writing replies; reading them back takes about as long
-    #                         (docs/notes/2026-12-07-feature-layer-drafting.md)
+    data_share: float = 0.65  # of the budget: writing replies and reading them back, in turns
+    writers: int = 16  # replies written at once (one decode a step over all of them)
     reply_tokens: int = 256
     chunk: int = 256  # positions of one training sequence (the layer's attention window is one less)
     vocab: int = 4096  # readout rows: the most frequent labels
@@ -58,8 +60,8 @@ class LayerOptions:
 
 
 def check_layer_options(o: LayerOptions) -> None:
-    if o.minutes <= 0 or not 0 < o.gen_share < 1:
-        raise SpecgenError("--minutes must be > 0 (and the replies' share of it between 0 and 1)")
+    if o.minutes <= 0 or not 0 < o.data_share < 1 or o.writers < 1:
+        raise SpecgenError("--minutes must be > 0 (the data's share of it between 0 and 1, and a writer at least)")
     if not 0 <= o.soft <= 1 or o.weight_decay < 0:
         raise SpecgenError("the soft share of a label must be between 0 and 1, and weight decay at least 0")
     if o.attn % o.head_dim or o.head_dim % 2 or o.chunk < 8 or o.vocab < 16 or not 1 <= o.n_heads <= 8:
@@ -67,56 +69,118 @@ def check_layer_options(o: LayerOptions) -> None:
                            "and --n-heads between 1 and 8")
 
 
-def write_replies(writer, seeds: Sequence[str], opts: LayerOptions, *, deadline: float, least: int,
-                  clock: Callable[[], float] = time.monotonic, on_step=None) -> list[tuple[list[int], int]]:
-    """(prompt + reply tokens, the reply's start) for seed after seed (in a new order each
-    round) by the `writer` engine, sampled at temperature 0.8 (top-k 40, top-p 0.95, min-p
-    0.05) up to an end-of-generation token or `reply_tokens`, until `deadline` once the
-    replies hold `least` tokens."""
+def seed_prompts(writer, seeds: Sequence[str], rng: np.random.Generator):
+    """The seeds' prompt tokens (through the writer's chat template where it has one), seed
+    after seed in a new order each time round, without end."""
     from specgen.apps.chat import format_for, one_turn
+
+    fmt = format_for(writer) if writer.chat_template() else None
+    while True:
+        for i in rng.permutation(len(seeds)):
+            yield one_turn(fmt, writer, seeds[i]) if fmt is not None else writer.tokenize(seeds[i])
+
+
+def write_replies(writer, prompts: Sequence[Sequence[int]], opts: LayerOptions, rng: np.random.Generator,
+                  on_step=None) -> list[tuple[list[int], int]]:
+    """(prompt + reply tokens, the reply's start) for each prompt, by the `writer` engine,
+    sampled at temperature 0.8 (top-k 40, top-p 0.95, min-p 0.05) up to an
+    end-of-generation token or `reply_tokens`: up to `writers` replies at once (one decode
+    a step over all of them, on sequences 0 … writers-1; a finished reply's sequence
+    takes the next prompt), since a step of several rows costs far less than as many
+    steps. on_step(tokens written so far)."""
     from specgen.engine.llama import prefill
     from specgen.rules.sampling import SamplingParams, sample, support
 
-    fmt = format_for(writer) if writer.chat_template() else None
     params = SamplingParams(temperature=0.8)
-    rng, out, n = np.random.default_rng(opts.seed), [], 0
-    while True:
-        for i in rng.permutation(len(seeds)):
-            prompt = one_turn(fmt, writer, seeds[i]) if fmt is not None else writer.tokenize(seeds[i])
-            writer.truncate(0, 0)
-            row, reply = prefill(writer, [(0, prompt)])[0], []
-            while len(reply) < opts.reply_tokens:
-                tok = sample(support(row, params), rng)
-                if writer.is_eog(tok):
-                    break
+    todo = list(enumerate(prompts))[::-1]  # pop() takes the next
+    out: list = [None] * len(prompts)
+    live: dict[int, tuple[int, list[int], list[int]]] = {}  # seq -> (prompt index, prompt, reply)
+    n = 0
+
+    def start(seqs) -> list:
+        for seq in seqs:
+            i, prompt = todo.pop()
+            writer.truncate(seq, 0)
+            live[seq] = (i, list(prompt), [])
+        return [(seq, live[seq][1], 1) for seq in seqs]
+
+    rows = prefill(writer, [(seq, toks) for seq, toks, _ in start(range(min(max(1, opts.writers), writer.n_seq_max,
+                                                                              len(todo))))])
+    while live:
+        step, free = [], []
+        for seq in sorted(live):
+            i, prompt, reply = live[seq]
+            tok = sample(support(rows[seq], params), rng)
+            if writer.is_eog(tok) or len(reply) >= opts.reply_tokens:
+                out[i] = (prompt + reply, len(prompt))
+                del live[seq]
+                free.append(seq)
+            else:
                 reply.append(tok)
-                row = writer.decode(0, [tok], 1)[-1]
-            out.append((list(prompt) + reply, len(prompt)))
-            n += len(reply)
-            if on_step is not None:
-                on_step(n)
-            if clock() >= deadline and n >= least:
-                writer.truncate(0, 0)
-                return out
+                step.append((seq, [tok], 1))
+                n += 1
+        new = start(free[: len(todo)]) if free and todo else []
+        if sum(len(t) for _, t, _ in step + new) <= writer.n_batch:  # the new prompts in the same decode
+            step, new = step + new, []
+        views = writer.decode_batch(step) if step else []
+        rows = {seq: v[-1] for (seq, _, _), v in zip(step, views)}
+        if new:  # a prefill of their own, which would overwrite these rows' buffer
+            rows = {seq: r.copy() for seq, r in rows.items()}
+            rows.update(prefill(writer, [(seq, toks) for seq, toks, _ in new]))
+        if on_step is not None:
+            on_step(n)
+    for seq in range(min(writer.n_seq_max, len(prompts))):
+        writer.truncate(seq, 0)
+    return out
+
+
+def read_sample(engine, sample: Sequence[int], start: int):
+    """(tokens, picks, hidden float16, keep) of one prompt + reply read through the target in
+    one pass, every row out; keep marks the positions whose pick is of the reply."""
+    engine.truncate(0, 0)
+    picks = np.argmax(engine.decode_batch([(0, sample, len(sample))])[0], axis=1).astype(np.int32)
+    hid = np.stack([engine.hidden_at(0, p) for p in range(len(sample))]).astype(np.float16)
+    engine.truncate(0, 0)
+    return np.asarray(sample, np.int32), picks, hid, np.arange(len(sample)) >= start - 1
+
+
+def in_chunks(parts, chunk: int):
+    """read_sample's arrays laid end to end and cut in chunks: (chunks, chunk[, d]) each."""
+    n = sum(len(p[0]) for p in parts) // chunk * chunk
+    cut = [np.concatenate([p[j] for p in parts])[:n] for j in range(4)]
+    return tuple(x.reshape(n // chunk, chunk, *x.shape[1:]) for x in cut)
 
 
 def read_replies(engine, samples, chunk: int, on_step=None):
     """(tokens, picks, hidden float16, keep) of shape (chunks, chunk[, d]): the samples read
-    through the target one by one, laid end to end and cut in chunks; keep marks the
-    positions whose pick is of a reply."""
-    toks, picks, hid, keep = [], [], [], []
+    through the target one by one (read_sample), laid end to end and cut in chunks."""
+    parts = []
     for sample, start in samples:
-        engine.truncate(0, 0)
-        picks.append(np.argmax(engine.decode_batch([(0, sample, len(sample))])[0], axis=1).astype(np.int32))
-        hid.append(np.stack([engine.hidden_at(0, p) for p in range(len(sample))]).astype(np.float16))
-        toks.append(np.asarray(sample, np.int32))
-        keep.append(np.arange(len(sample)) >= start - 1)
+        parts.append(read_sample(engine, sample, start))
         if on_step is not None:
-            on_step(sum(map(len, toks)))
-    engine.truncate(0, 0)
-    n = sum(map(len, toks)) // chunk * chunk
-    cut = [np.concatenate(x)[:n] for x in (toks, picks, hid, keep)]
-    return tuple(x.reshape(n // chunk, chunk, *x.shape[1:]) for x in cut)
+            on_step(sum(len(p[0]) for p in parts))
+    return in_chunks(parts, chunk)
+
+
+def collect_replies(engine, writer, seeds: Sequence[str], opts: LayerOptions, *, deadline: float, least: int,
+                    clock: Callable[[], float] = time.monotonic, on_write=None, on_read=None):
+    """Training data from replies, in rounds until `deadline` once it holds `least` positions:
+    each round the writer answers 2 x `writers` seed prompts (write_replies), and the target
+    reads them (read_sample). Writing and reading take turns, so the data's share of the
+    budget holds whatever the two rates are. Returns (read_replies' chunks, replies)."""
+    rng = np.random.default_rng(opts.seed)
+    prompts = seed_prompts(writer, seeds, rng)
+    parts, replies, written = [], 0, 0
+    while True:
+        batch = write_replies(writer, [next(prompts) for _ in range(2 * max(1, opts.writers))], opts, rng,
+                              on_step=None if on_write is None else lambda n: on_write(written + n))
+        for sample, start in batch:
+            parts.append(read_sample(engine, sample, start))
+            written, replies = written + len(sample) - start, replies + 1
+            if on_read is not None:
+                on_read(sum(len(p[0]) for p in parts))
+        if clock() >= deadline and sum(len(p[0]) for p in parts) >= least:
+            return in_chunks(parts, opts.chunk), replies
 
 
 DATA_KEYS = ("tokens", "picks", "hidden", "keep")
@@ -291,11 +355,11 @@ def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: S
     output_rows(model_path)  # refuse an unreadable output matrix before spending time on data
     report = on_progress or (lambda p: None)
     seeds = list(seeds) or [t for _, t in builtin_seeds()]
-    samples = write_replies(writer or engine, seeds, opts, deadline=t0 + budget * opts.gen_share,
-                            least=opts.min_chunks * opts.chunk if earlier is None else 0, clock=clock,
-                            on_step=lambda n: report(Progress("replies", clock() - t0, budget, n)))
-    data = read_replies(engine, samples, opts.chunk,
-                        on_step=lambda n: report(Progress("reading", clock() - t0, budget, n)))
+    data, n_replies = collect_replies(
+        engine, writer or engine, seeds, opts, deadline=t0 + budget * opts.data_share,
+        least=opts.min_chunks * opts.chunk if earlier is None else 0, clock=clock,
+        on_write=lambda n: report(Progress("replies", clock() - t0, budget, n)),
+        on_read=lambda n: report(Progress("reading", clock() - t0, budget, n)))
     if earlier is not None:  # the earlier chunks first: the same ones stay held out
         data = tuple(np.concatenate([a, b]) for a, b in zip(earlier, data))
     save_data(data_path(out), data, identity)
@@ -322,7 +386,7 @@ def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: S
     top1 = [float(np.mean(h1)) if h1 else None, float(np.mean(h2)) if h2 else None]
     covered = float(np.isin(picks[keep], ids).mean())
     prev = old.info if old is not None else {}
-    info = {"heldout": {"top1": top1, "positions": len(h1)}, "replies": len(samples) + prev.get("replies", 0),
+    info = {"heldout": {"top1": top1, "positions": len(h1)}, "replies": n_replies + prev.get("replies", 0),
             "positions": n_pos, "steps": trainer.steps,  # a file from before runs were counted: one run of "steps"
             "total_steps": trainer.steps + prev.get("total_steps", prev.get("steps", 0)),
             "runs": prev.get("runs", 1 if old is not None else 0) + 1, "covered": round(covered, 4),
