@@ -264,7 +264,7 @@ def smoke_feature_layer(tmp_path):
     p = ok(run(["feature_layer.py", *small, "--data", str(data), "--soft", "1", "--steps", "1", "--train-minutes", "5"],
                tmp_path, timeout=300))  # the same data again, soft labels, one step
     assert re.search(rf"read \d+ positions from {re.escape(str(data))}", p.stdout) and "trained 1 steps" in p.stdout
-    p = ok(run(["feature_layer.py", *small, "--reply-tokens", "48", "--save", str(tmp_path / "l.npz")], tmp_path,
+    p = ok(run(["feature_layer.py", *small, "--reply-tokens", "48", "--writers", "2", "--save", str(tmp_path / "l.npz")], tmp_path,
                timeout=300))
     assert re.search(r"the draft replied to \d+ seed prompts", p.stdout) and "replies, held out: step-1" in p.stdout
     p = ok(run(["feature_layer.py", "--load", str(tmp_path / "l.npz"), "--limit", "1", "-n", "6", "-t", "1"], tmp_path,

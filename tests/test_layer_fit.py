@@ -11,7 +11,7 @@ from helpers import specgen
 from specgen.drafters.base import Want
 from specgen.heads.layer_fit import LayerOptions, LayerTrainer, fit_layer
 
-TINY = dict(chunk=16, attn=16, head_dim=8, mlp=16, batch=2, reply_tokens=24, check_every=5, lr=3e-3)
+TINY = dict(chunk=16, attn=16, head_dim=8, mlp=16, batch=2, reply_tokens=24, writers=2, check_every=5, lr=3e-3)
 
 
 def test_the_trainer_learns_a_rule_the_features_carry():
