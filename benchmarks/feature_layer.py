@@ -7,7 +7,8 @@ on 2 cores predict the real target's next token, and how does it stand beside th
 1. Collect (--source): `replies` (the default): the 0.5B draft model's replies,
    sampled at temperature 0.8, to the built-in seed prompts (specgen.heads.seeds)
    through the chat template for --collect-minutes, then each read through the
-   target in one pass; only reply positions are labelled. `library`:
+   target in one pass; every position is labelled (reply positions only with
+   --reply-labels-only), reply positions checked. `library`:
    teacher-forced chunks of the library text (the Python reference and the
    standard library's source, `specgen.heads.seeds.library_text`) after the chat
    template's one turn. Either way, per position the target's final hidden state
@@ -71,7 +72,7 @@ def layer_options(a):
     return LayerOptions(minutes=a.collect_minutes + a.train_minutes, reply_tokens=a.reply_tokens, chunk=a.chunk,
                         vocab=a.vocab, attn=a.attn, head_dim=a.head_dim, mlp=a.mlp, batch=a.batch, lr=a.lr,
                         seed=a.seed, writers=a.writers, ttt=a.ttt, soft=a.soft, weight_decay=a.weight_decay,
-                        max_steps=a.steps)
+                        max_steps=a.steps, prompt_labels=not a.reply_labels_only)
 
 
 def draft_replies(draft: str, a):
@@ -147,6 +148,8 @@ def main() -> None:
                     "own features (about 2.5x the time a step)")
     ap.add_argument("--soft", type=float, default=0.0, help="the share of each label that is the target's "
                     "distribution over the readout (EAGLE's soft labels), the rest its argmax")
+    ap.add_argument("--reply-labels-only", action="store_true", help="train on reply positions only (the default "
+                    "trains on the prompts' positions too, which are read anyway)")
     ap.add_argument("--weight-decay", type=float, default=0.0, help="decoupled weight decay (AdamW) on the matrices")
     ap.add_argument("--steps", type=int, default=None, help="stop training after this many steps (an A/B at equal "
                     "steps), or at --train-minutes")

@@ -36,6 +36,30 @@ def test_the_trainer_learns_a_rule_the_features_carry():
     assert before < 0.3 and after > 0.8, (before, after)
 
 
+@pytest.mark.parametrize("prompt_labels", [True, False])
+def test_prompt_positions_are_trained_on_only_when_asked_and_never_checked(prompt_labels):
+    """A step's loss moves with the labels of the prompt's positions (keep False) only under
+    prompt_labels; the held-out check reads reply positions either way."""
+    rng = np.random.default_rng(1)
+    n, t, d, v = 4, 16, 16, 12
+    tokens = rng.integers(0, v, (n, t)).astype(np.int32)
+    picks = rng.integers(0, v, (n, t)).astype(np.int32)
+    hidden = rng.standard_normal((n, t, d)).astype(np.float16)
+    keep = np.arange(t)[None].repeat(n, 0) >= 8  # the first 8 positions are the prompt's
+    table = rng.standard_normal((v, d)).astype(np.float32)
+    other = picks.copy()
+    other[~keep] = (other[~keep] + 1) % v  # other labels on the prompt's positions only
+
+    def first_step(labels):
+        tr = LayerTrainer((tokens, labels, hidden, keep), table.copy(), np.arange(v), lambda x: table[np.asarray(x)],
+                          LayerOptions(**{**TINY, "prompt_labels": prompt_labels}))
+        return tr.step(np.arange(2)), len(tr.hits(0, step2=False)[0])
+
+    (a, rows_a), (b, rows_b) = first_step(picks), first_step(other)
+    assert rows_a == rows_b == int(keep[0, 1:-1].sum())
+    assert (a != b) if prompt_labels else (a == b), (a, b)
+
+
 @pytest.mark.model
 def test_training_on_the_real_model_writes_a_layer_that_drafts(gemma_path, tmp_path):
     from specgen.drafters.layer import LayerDrafter

@@ -9,7 +9,8 @@ trained over the frozen target, the whole command short of printing.
    at once, one decode a step over all of them.
 2. Reading: every reply read back through the target in one pass, every row out:
    per position the final hidden state (the layer's input and its regression
-   target) and the target's argmax (its label, at reply positions only). Writing
+   target) and the target's argmax (its label: at every position, the prompt's
+   too, under `prompt_labels`; held-out checks read reply positions). Writing
    and reading take turns, a round of replies at a time, for `data_share` of the
    budget.
 3. Training: Adam over chunks of `chunk` positions laid end to end, with feature
@@ -54,6 +55,7 @@ class LayerOptions:
     ttt: bool = False  # training-time test: each step also trains draft step 2 on the layer's own features
     weight_decay: float = 0.0  # decoupled (AdamW), on the matrices only
     soft: float = 0.0  # the share of each label that is the target's distribution (specgen.heads.layer.readout_loss)
+    prompt_labels: bool = True  # train on the prompts' positions too (read anyway); held-out checks stay on replies
     min_chunks: int = 22  # replies go on past their share of the budget until they fill this many chunks
     max_steps: int | None = None  # tests
     seed: int = 0
@@ -226,6 +228,7 @@ class LayerTrainer:
 
     def __init__(self, data, out: np.ndarray, ids: np.ndarray, embed, opts: LayerOptions, params=None) -> None:
         tokens, picks, hidden, self.keep = data
+        self.labelled = np.ones_like(self.keep) if opts.prompt_labels else self.keep
         self.tokens, self.picks, self.hidden, self.out, self.ids, self.embed, self.o = tokens, picks, hidden, out, ids, embed, opts
         self.slot = np.full(int(max(tokens.max(), picks.max(), ids.max())) + 1, -1, np.int64)
         self.slot[ids] = np.arange(len(ids))
@@ -244,7 +247,7 @@ class LayerTrainer:
     def step(self, chunks: np.ndarray) -> float:
         h = self.hidden[chunks, :-1].astype(np.float32)
         h += self.rng.standard_normal(h.shape).astype(np.float32) * self.noise
-        labels = np.where(self.keep[chunks, 1:], self.slot[self.picks[chunks, 1:]], -1)
+        labels = np.where(self.labelled[chunks, 1:], self.slot[self.picks[chunks, 1:]], -1)
         e, target, pos, mask = self.embed(self.tokens[chunks, 1:]), self.hidden[chunks, 1:].astype(np.float32), \
             self.pos[:len(chunks)], self.mask
         if self.o.ttt:  # the true positions, then each again reading the layer's own feature from the one before
