@@ -124,3 +124,24 @@ def test_extending_position_by_position_is_the_forward_pass_over_the_whole(windo
     if window:  # the window's own cache holds enough
         f, _ = extend(params, kv.keep(8).last(window - 1), h[0, 8:9], e[0, 8:9], pos[0, 8:9], 4, window)
         np.testing.assert_allclose(f, whole[0, 8:9], rtol=1e-10, atol=1e-12)
+
+
+def test_float32_inputs_stay_float32_through_every_pass():
+    """The layer trains and drafts in float32: a float64 mask or scalar mixed into the
+    attention scores would carry every later matrix product into float64 (numpy 2
+    promotes an array by its scalar's dtype), and then each product first converts its
+    float32 weights to float64: twice the memory read, a copy of each matrix per call."""
+    from specgen.heads.layer import Kv, extend
+
+    params, batch = tiny(t=6)
+    p32 = {k: v.astype(np.float32) for k, v in params.items()}
+    b32 = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in batch.items()}
+    f, cache = forward(p32, b32["hidden"], b32["emb"], b32["pos"], 4, causal_mask(6))
+    assert f.dtype == np.float32 and cache.p.dtype == np.float32 and cache.x2.dtype == np.float32
+    loss, grads, _ = loss_and_grads(p32, **b32, head_dim=4, mask=causal_mask(6, 3))
+    assert {g.dtype for g in grads.values()} == {np.dtype(np.float32)}
+    f2, kv = extend(p32, Kv.empty(p32, 4), b32["hidden"][0], b32["emb"][0], b32["pos"][0], 4, window=3)
+    assert f2.dtype == np.float32 and kv.k.dtype == np.float32 and kv.v.dtype == np.float32
+    # float32 still computes the same layer
+    np.testing.assert_allclose(f2, forward(params, batch["hidden"][:1], batch["emb"][:1], batch["pos"][:1], 4,
+                                           causal_mask(6, 3))[0][0], rtol=1e-3, atol=1e-4)

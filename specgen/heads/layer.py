@@ -25,6 +25,7 @@ one target, kept in a heads file of kind "layer" (specgen.heads.model).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -128,7 +129,7 @@ def forward(params: dict, hidden: np.ndarray, emb: np.ndarray, pos: np.ndarray, 
     q = rope(_heads(n1 @ p["wq"], head_dim), cos, sin)
     k = rope(_heads(n1 @ p["wk"], head_dim), cos, sin)
     v = _heads(n1 @ p["wv"], head_dim)
-    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(head_dim) + mask
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head_dim) + mask.astype(q.dtype, copy=False)
     scores -= scores.max(axis=-1, keepdims=True)
     w = np.exp(scores)
     w /= w.sum(axis=-1, keepdims=True)
@@ -160,7 +161,7 @@ def backward(params: dict, c: Cache, df: np.ndarray, head_dim: int) -> dict[str,
     datt = _heads(dx2 @ p["wo"].T, head_dim)
     dw = datt @ c.v.transpose(0, 1, 3, 2)
     dv = c.p.transpose(0, 1, 3, 2) @ datt
-    ds = c.p * (dw - np.sum(dw * c.p, axis=-1, keepdims=True)) / np.sqrt(head_dim)
+    ds = c.p * (dw - np.sum(dw * c.p, axis=-1, keepdims=True)) / math.sqrt(head_dim)
     dq = _merge(rope(ds @ c.k, c.cos, c.sin, inverse=True))
     dk = _merge(rope(ds.transpose(0, 1, 3, 2) @ c.q, c.cos, c.sin, inverse=True))
     dv = _merge(dv)
@@ -274,7 +275,7 @@ def extend(params: dict, kv: Kv, hidden: np.ndarray, emb: np.ndarray | None, pos
     ok = allpos[None, :] <= pos[:, None]
     if window:
         ok &= pos[:, None] - allpos[None, :] < window
-    scores = q @ k.transpose(0, 2, 1) / np.sqrt(head_dim) + np.where(ok, 0.0, -np.inf)
+    scores = q @ k.transpose(0, 2, 1) / math.sqrt(head_dim) + np.where(ok, 0.0, -np.inf).astype(q.dtype)
     scores -= scores.max(axis=-1, keepdims=True)
     w = np.exp(scores)
     w /= w.sum(axis=-1, keepdims=True)
