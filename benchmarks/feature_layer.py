@@ -111,14 +111,14 @@ def train(data, out, ids, embed, a, train_ix, held_ix):
     return trainer
 
 
-def replies(target: str, limit: int | None, n: int, threads: int):
+def replies(target: str, limit: int | None, n: int, threads: int, requests: Path = INSTRUCT):
     """(id, prompt tokens, the target's greedy reply) for each instruct request."""
     from specgen.bench.requests import load_requests, request_tokens
     from specgen.session import ModelOptions, open_session
 
     out = []
     with open_session(ModelOptions(model=target, threads=threads, no_spec=True)) as s:
-        for r in load_requests(INSTRUCT)[:limit]:
+        for r in load_requests(requests)[:limit]:
             toks = request_tokens(s.target, r)
             gen = s.generate(toks, max_tokens=n)
             list(gen)
@@ -156,6 +156,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="keep the collected data in this .npz: read it where it "
                     "exists instead of collecting (the same data for several training runs)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N instruct requests")
+    ap.add_argument("--requests", type=Path, default=INSTRUCT, help="the instruct requests the target answers for the "
+                    "held-out checks (default: prompts/instruct.jsonl; prompts/open.jsonl: none of them the seeds' topics)")
     ap.add_argument("-n", type=int, default=96, help="tokens of each greedy reply")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -172,7 +174,7 @@ def main() -> None:
     with Engine(target, n_ctx=max(a.chunk, 1024) + 64, n_threads=a.threads, hidden=True,
                 n_batch=max(a.chunk, 512)) as eng:
         layer = loaded(a.load, target) if a.load else trained(eng, target, draft, a)
-        seqs = replies(target, a.limit, a.n, a.threads)
+        seqs = replies(target, a.limit, a.n, a.threads, a.requests)
         instruct_eval(eng, draft, layer, seqs, a.threads)
         round_time(eng, layer, seqs)
 

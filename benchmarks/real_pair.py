@@ -76,7 +76,7 @@ def models(f16: bool) -> tuple[str, str]:
 
 
 def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, threads: int, limit: int | None,
-               layer: str | None = None):
+               layer: str | None = None, requests: Path = REQUESTS):
     from specgen.api import run_bench
 
     configs = ["lookup:policy=cost", f"draft={draft}:policy=cost"] + [f"draft={draft}:k={fixed_k}"] * (fixed_k > 0)
@@ -86,7 +86,7 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
         configs += [f"heads={layer}:policy=cost,lookup=off", f"heads={layer}:policy=cost"]
         names += ["layer (cost)", "layer + lookup"]
         keys += ["layer", "layer_lookup"]
-    result = run_bench(REQUESTS, configs, model=target, max_tokens=n, repeats=repeats, threads=threads, limit=limit)
+    result = run_bench(requests, configs, model=target, max_tokens=n, repeats=repeats, threads=threads, limit=limit)
     ids = [r["id"] for r in result.records]
     cfgs = result.configs
     medians = {}
@@ -134,7 +134,7 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
     return medians
 
 
-def prompts(target: str, ours: dict | None) -> dict[str, tuple[str, str, int, str | None]]:
+def prompts(target: str, ours: dict | None, requests: Path = REQUESTS) -> dict[str, tuple[str, str, int, str | None]]:
     """Each request's templated text, category, token count (as specgen bench reads it) and
     plain's text (where the bench part ran)."""
     from specgen.bench.requests import apply_chat_template, load_requests, request_tokens
@@ -143,15 +143,15 @@ def prompts(target: str, ours: dict | None) -> dict[str, tuple[str, str, int, st
     with Engine.vocab(target) as engine:
         return {r.id: (apply_chat_template(engine, r.messages), r.category, len(request_tokens(engine, r)),
                        engine.detokenize(ours[r.id]["tokens"]) if ours and "tokens" in ours.get(r.id, {}) else None)
-                for r in load_requests(REQUESTS)}
+                for r in load_requests(requests)}
 
 
 def llama_part(tools: str, target: str, draft: str, n: int, threads: int, n_maxes: list[int],
-               limit: int | None, ours: dict | None):
+               limit: int | None, ours: dict | None, requests: Path = REQUESTS):
     """llama.cpp's tools on the same prompt tokens; each request's best n-max / type beside
     specgen's figure (`ours`: bench_part's medians) as a ratio."""
     rows = []
-    for rid, (text, category, n_tokens, plain_text) in list(prompts(target, ours).items())[:limit]:
+    for rid, (text, category, n_tokens, plain_text) in list(prompts(target, ours, requests).items())[:limit]:
         runs = {f"draft n-max {k}": llama_spec(tools, target, text, "draft-simple", n, threads, 4096, k, draft=draft)
                 for k in n_maxes}  # --llama-n-max "": the model-free types alone
         if category in MODEL_FREE_ON:
@@ -228,6 +228,9 @@ def main() -> None:
                     "policy and with lookup alongside")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="only the first N requests")
+    ap.add_argument("--requests", type=Path, default=REQUESTS, help="the request set (JSONL of chat messages; "
+                    "default: prompts/instruct.jsonl; prompts/open.jsonl holds open-ended requests none of the "
+                    "layer's seed prompts)")
     ap.add_argument("--parts", default="bench,rewrite", help="bench, rewrite and/or llama (llama.cpp's tools "
                     "alone, beside the figures of an earlier bench part: --medians)")
     ap.add_argument("--medians", default="", help="a JSON file: the bench part writes its per-request medians "
@@ -247,14 +250,14 @@ def main() -> None:
     ours = None
     if "bench" in parts:
         ours = bench_part(target, draft, args.n, args.repeats, args.fixed_k, args.threads, args.limit,
-                          args.heads or None)
+                          args.heads or None, args.requests)
         if args.medians:
             Path(args.medians).write_text(json.dumps(ours))
     elif args.medians:
         ours = json.loads(Path(args.medians).read_text())
     tools = find_tools(args.tools)
     if tools and (parts & {"bench", "llama"}):
-        llama_part(tools, target, draft, args.n, args.threads, n_maxes, args.limit, ours)
+        llama_part(tools, target, draft, args.n, args.threads, n_maxes, args.limit, ours, args.requests)
     if "rewrite" in parts:
         rewrite_part(target, args.repeats, args.threads)
 

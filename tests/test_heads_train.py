@@ -386,6 +386,29 @@ def test_the_builtin_seeds_are_not_the_benchmark_requests():
     assert not {s[:40] for s in seeds} & {b[:40] for b in bench}
 
 
+def test_the_open_ended_benchmark_requests_share_no_topic_with_the_seeds():
+    """benchmarks/prompts/open.jsonl measures a layer trained on replies to the seeds: no
+    request shares a run of six words with any seed (instruct.jsonl does: its code and
+    prose requests are the seeds' topics, which the check finds)."""
+    import re
+    from pathlib import Path
+
+    def runs(text):
+        w = re.findall(r"[a-z0-9]+", text.lower())
+        return {tuple(w[i:i + 6]) for i in range(len(w) - 5)}
+
+    seeds = set().union(*(runs(t) for _, t in builtin_seeds()))
+    prompts = Path(__file__).resolve().parent.parent / "benchmarks" / "prompts"
+
+    def shared(name):
+        reqs = [json.loads(line) for line in (prompts / name).read_text().splitlines() if line.strip()]
+        return reqs, [r["id"] for r in reqs if runs(" ".join(m["content"] for m in r["messages"])) & seeds]
+
+    reqs, hits = shared("open.jsonl")
+    assert len(reqs) >= 8 and hits == []
+    assert len(shared("instruct.jsonl")[1]) >= 4  # the check finds overlap where there is some
+
+
 def test_the_builtin_seeds_include_passages_of_the_python_reference():
     from specgen.heads.seeds import library_seeds
 
