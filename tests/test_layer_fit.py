@@ -162,6 +162,37 @@ def test_the_second_step_in_training_sees_what_a_drafting_round_sees():
         np.testing.assert_allclose(g[0, t + j], step2[0], rtol=1e-10, atol=1e-12)
 
 
+def test_step_two_hits_are_those_of_the_layer_run_on_over_each_prefix():
+    """layer_hits scores every step-2 row in one pass; each is the layer run over the true
+    prefix up to j and then one position on from its own feature at j (as drafting runs it)."""
+    from test_layer import tiny
+
+    from specgen.heads.layer import causal_mask, forward
+    from specgen.heads.layer_fit import layer_hits
+
+    params, batch = tiny(t=12, v=3)  # three ids: step 1 hits often, so step 2 has rows to score
+    out, ids = batch["out"], np.arange(3)
+    hidden, embs = batch["hidden"][0], batch["emb"][0]
+    t = len(hidden) - 1
+    f, _ = forward(params, hidden[None, :-1], embs[None, 1:], np.arange(t)[None], 4, causal_mask(t))
+    first = (f[0] @ out.T).argmax(-1)
+    picks = np.concatenate([[0], first])  # step 1 right everywhere
+    tokens = np.concatenate([[0], picks[:-1]])  # greedy text: token j + 2 is the pick at j + 1, step 1's token
+    rows = np.arange(t)
+    hits1, hits2 = layer_hits(params, out, ids, 4, hidden, embs, picks, rows, tokens)
+    assert all(hits1)
+    want = []
+    for j in range(t - 1):  # the reference: one forward over each prefix and the step-2 row
+        h2 = np.concatenate([hidden[None, :j + 1], f[:, j:j + 1]], 1)
+        g, _ = forward(params, h2, embs[None, 1:j + 3], np.arange(j + 2)[None], 4, causal_mask(j + 2))
+        want.append(int((g[0, j + 1] @ out.T).argmax()))
+    assert len(hits2) == t - 1
+    assert hits2 == [w == picks[j + 2] for j, w in enumerate(want)]
+    assert 0 < sum(hits2) < len(hits2)  # both outcomes occur, so a wrong row would show
+    _, none = layer_hits(params, out, ids, 4, hidden, embs, picks, rows, tokens + 1)  # the text went elsewhere
+    assert none == []
+
+
 def test_the_trainer_with_the_training_time_test_learns_too():
     rng = np.random.default_rng(1)
     n, t, d, v = 30, 12, 16, 10

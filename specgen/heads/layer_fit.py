@@ -270,7 +270,7 @@ class LayerTrainer:
 
     def hits(self, c: int, step2: bool = True) -> tuple[list, list]:
         """Top-1 hits of chunk c at its reply positions: step 1 (true features), and step 2
-        (its own feature and token) at every third position where step 1 hit."""
+        (its own feature and token) at every position where step 1 hit."""
         return layer_hits(self.p, self.out, self.ids, self.o.head_dim, self.hidden[c].astype(np.float32),
                           self.embed(self.tokens[c]), self.picks[c], np.flatnonzero(self.keep[c, 1:-1]),
                           self.tokens[c] if step2 else None)
@@ -292,18 +292,23 @@ def second_step_mask(t: int) -> np.ndarray:
 def layer_hits(p, out, ids, head_dim, hidden, embs, picks, rows, step2_tokens=None) -> tuple[list, list]:
     """Step-1 hits at `rows` of one sequence (row j reads h_j and e(token j+1) and predicts
     picks[j + 1]) and, where `step2_tokens` (the text) went on with the step-1 token,
-    step-2 hits from the layer's own feature (every third such row)."""
+    step-2 hits from the layer's own feature: row j + 1 reading f_j and e(token j+2) over
+    the true rows up to j, as a drafting round's second position does; every such row
+    in one pass over the sequence twice (second_step_mask)."""
     t = len(hidden) - 1
-    f, _ = forward(p, hidden[None, :-1], embs[None, 1:], np.arange(t)[None], head_dim, causal_mask(t))
+    pos = np.arange(t)[None]
+    f, _ = forward(p, hidden[None, :-1], embs[None, 1:], pos, head_dim, causal_mask(t))
     first = ids[(f[0] @ out.T).argmax(-1)]
     hits1 = first[rows] == picks[rows + 1]
     hits2 = []
     if step2_tokens is not None:
-        for j in [j for j in rows[hits1] if j + 2 <= t and step2_tokens[j + 2] == first[j]][::3]:
-            h2 = np.concatenate([hidden[None, :j + 1], f[:, j:j + 1]], 1)
-            g2, _ = forward(p, h2, embs[None, 1:j + 3], np.arange(j + 2)[None], head_dim, causal_mask(j + 2))
-            if j + 2 < len(picks):
-                hits2.append(bool(ids[(g2[0, j + 1] @ out.T).argmax()] == picks[j + 2]))
+        js = np.array([j for j in rows[hits1] if j + 2 <= t and step2_tokens[j + 2] == first[j]], np.int64)
+        if len(js):
+            h2 = np.concatenate([hidden[None, :-1], np.concatenate([hidden[None, :1], f[:, :-1]], axis=1)], axis=1)
+            g, _ = forward(p, h2, np.concatenate([embs[None, 1:]] * 2, axis=1), np.tile(pos, 2), head_dim,
+                           second_step_mask(t))
+            second = ids[(g[0, t + js + 1] @ out.T).argmax(-1)]
+            hits2 = list(second == picks[js + 2])
     return list(hits1), hits2
 
 
