@@ -19,6 +19,7 @@ Qwen2.5-Coder 1.5B Instruct drafted by its 0.5B (the catalog's pair
      `--spec-draft-n-max` of --llama-n-max, and its model-free types
      (llama-lookup, ngram-simple, ngram-mod, ngram-map-k) on the edit and QA
      requests; per request specgen's figure over llama.cpp's best.
+With `--temp T` each request is sampled under `--seeds` seeds, each a row of its own.
 Each request runs in every configuration `--repeats` times, the order
 alternating (specgen bench's runner); speedups are of medians.
 
@@ -76,8 +77,12 @@ def models(f16: bool) -> tuple[str, str]:
 
 
 def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, threads: int, limit: int | None,
-               layer: str | None = None, requests: Path = REQUESTS):
+               layer: str | None = None, requests: Path = REQUESTS, temp: float = 0.0, seeds: int = 1):
     from specgen.api import run_bench
+
+    if temp > 0:
+        requests = seeded(requests, limit, temp, seeds)
+        limit = None
 
     configs = ["lookup:policy=cost", f"draft={draft}:policy=cost"] + [f"draft={draft}:k={fixed_k}"] * (fixed_k > 0)
     names = ["default (lookup)", "-d 0.5B (cost)"] + [f"-d 0.5B k={fixed_k}"] * (fixed_k > 0)
@@ -86,7 +91,12 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
         configs += [f"heads={layer}:policy=cost,lookup=off", f"heads={layer}:policy=cost"]
         names += ["layer (cost)", "layer + lookup"]
         keys += ["layer", "layer_lookup"]
-    result = run_bench(requests, configs, model=target, max_tokens=n, repeats=repeats, threads=threads, limit=limit)
+    try:
+        result = run_bench(requests, configs, model=target, max_tokens=n, repeats=repeats, threads=threads,
+                           limit=limit)
+    finally:
+        if temp > 0:
+            Path(requests).unlink()
     ids = [r["id"] for r in result.records]
     cfgs = result.configs
     medians = {}
@@ -121,7 +131,9 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
     print(f"{'geomean':<10} {'':>11} " + " ".join(
         f"{math.exp(statistics.fmean(math.log(x) for x in ratios[c])):>17.2f}x" for c in cfgs[1:]))
     print(f"{'lowest':<10} {'':>11} " + " ".join(f"{min(ratios[c]):>17.2f}x" for c in cfgs[1:]))
-    print("decode tok/s, median of repeats, as a multiple of plain's; * = greedy text differs from plain's")
+    print("decode tok/s, median of repeats, as a multiple of plain's; * = the text differs from plain's"
+          + (" (sampled: the same seed's text where drafts are point masses; a distribution's draws otherwise)"
+             if temp > 0 else ""))
     for c, nm in zip(cfgs[1:], names):
         hist = " ".join(f"{k}:{v}" for k, v in sorted(hists[c].items()))
         drafted, accepted = counts[c]
@@ -132,6 +144,17 @@ def bench_part(target: str, draft: str, n: int, repeats: int, fixed_k: int, thre
             print(f"  acceptance at draft position 1, 2, ... (mean of runs): "
                   + " ".join(f"{statistics.fmean(v):.2f}" for _, v in sorted(positions[c].items())))
     return medians
+
+
+def seeded(requests: Path, limit: int | None, temp: float, seeds: int) -> str:
+    """A request file of each request `seeds` times at temperature `temp`, seeds 0 … seeds-1
+    (ids `ID/sN`), in a temporary file the caller removes."""
+    rows = [json.loads(line) for line in Path(requests).read_text().splitlines() if line.strip()][:limit]
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for r in rows:
+            for seed in range(seeds):
+                f.write(json.dumps({**r, "id": f"{r['id']}/s{seed}", "temperature": temp, "seed": seed}) + "\n")
+    return f.name
 
 
 def prompts(target: str, ours: dict | None, requests: Path = REQUESTS) -> dict[str, tuple[str, str, int, str | None]]:
@@ -231,6 +254,8 @@ def main() -> None:
     ap.add_argument("--requests", type=Path, default=REQUESTS, help="the request set (JSONL of chat messages; "
                     "default: prompts/instruct.jsonl; prompts/open.jsonl holds open-ended requests none of the "
                     "layer's seed prompts)")
+    ap.add_argument("--temp", type=float, default=0.0, help="sample at this temperature (bench part; default greedy)")
+    ap.add_argument("--seeds", type=int, default=3, help="with --temp: seeds per request (each its own row)")
     ap.add_argument("--parts", default="bench,rewrite", help="bench, rewrite and/or llama (llama.cpp's tools "
                     "alone, beside the figures of an earlier bench part: --medians)")
     ap.add_argument("--medians", default="", help="a JSON file: the bench part writes its per-request medians "
@@ -245,12 +270,13 @@ def main() -> None:
         ap.error("--parts llama needs --tools")
     n_maxes = [int(k) for k in args.llama_n_max.split(",") if k.strip()]
     target, draft = models(args.f16)
-    print(f"target {Path(target).name} · draft {Path(draft).name} · {args.threads} threads · greedy · "
+    mode = f"temperature {args.temp}, {args.seeds} seeds a request" if args.temp > 0 else "greedy"
+    print(f"target {Path(target).name} · draft {Path(draft).name} · {args.threads} threads · {mode} · "
           f"{args.n} tokens · {args.repeats} repeats")
     ours = None
     if "bench" in parts:
         ours = bench_part(target, draft, args.n, args.repeats, args.fixed_k, args.threads, args.limit,
-                          args.heads or None, args.requests)
+                          args.heads or None, args.requests, args.temp, args.seeds)
         if args.medians:
             Path(args.medians).write_text(json.dumps(ours))
     elif args.medians:

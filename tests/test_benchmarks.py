@@ -245,9 +245,11 @@ def smoke_ab_versions(tmp_path):
 
 
 def smoke_real_pair(tmp_path):
-    p = ok(run(["real_pair.py", "--parts", "bench", "--limit", "1", "-n", "4", "--repeats", "1", "-t", "1"],
+    p = ok(run(["real_pair.py", "--parts", "bench", "--limit", "1", "-n", "4", "--repeats", "1", "-t", "1",
+                "--requests", str(ROOT / "benchmarks" / "prompts" / "open.jsonl"), "--temp", "0.8", "--seeds", "2"],
                tmp_path, timeout=300))
-    assert "geomean" in p.stdout and "k chosen, -d 0.5B (cost)" in p.stdout
+    assert "geomean" in p.stdout and "k chosen, -d 0.5B (cost)" in p.stdout and "temperature 0.8" in p.stdout
+    assert [ln.split()[0] for ln in p.stdout.splitlines() if ln.startswith("code-0/")] == ["code-0/s0", "code-0/s1"]
 
 
 def smoke_feature_layer(tmp_path):
