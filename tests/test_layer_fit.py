@@ -319,3 +319,40 @@ def test_collecting_takes_turns_until_the_deadline_and_reads_every_reply():
     assert replies == 12  # 3 rounds of 2 x writers replies: the clock passes 2 after the third
     assert tokens.shape[1] == 8 and np.array_equal(picks, (tokens + 1) % 50)
     assert np.array_equal(hidden[..., 0], tokens.astype(np.float16)) and keep.any() and not keep.all()
+
+
+def test_a_writer_with_a_chat_template_makes_up_requests_through_it(smollm_path):
+    """invented_prompts: each prompt is one user turn of the writer's chat template whose text
+    is the writer's own request (not the instruction that asked for it), on a drawn subject."""
+    from specgen.apps.chat import format_for, one_turn
+    from specgen.engine.llama import Engine
+    from specgen.heads.layer_fit import invented_prompts
+    from specgen.heads.seeds import INVENT
+
+    with Engine(smollm_path, n_ctx=1024, n_seq_max=4, kv_unified=True, n_threads=2) as w:
+        got = invented_prompts(w, 4, LayerOptions(writers=4), np.random.default_rng(0))
+        fmt = format_for(w)
+        empty = one_turn(fmt, w, "")
+        assert 1 <= len(got) <= 4
+        for toks in got:
+            text = w.detokenize(toks)
+            assert toks[:3] == empty[:3] and toks[-3:] == empty[-3:]  # the template around a user turn
+            assert INVENT[:14] not in text and "user might send" not in text and len(toks) > len(empty) + 3
+        assert len({tuple(t) for t in got}) == len(got)  # each its own request
+        assert invented_prompts(w, 0, LayerOptions(), np.random.default_rng(0)) == []
+
+
+def test_collecting_makes_up_its_share_of_each_rounds_prompts(monkeypatch):
+    """collect_replies: `invent` of each round's 2 x writers prompts are the writer's own
+    requests, the rest the seeds; at 0 the seeds alone."""
+    import specgen.heads.layer_fit as lf
+
+    asked, wrote = [], []
+    monkeypatch.setattr(lf, "invented_prompts", lambda w, n, o, r: (asked.append(n), [[9, 9]] * n)[1])
+    monkeypatch.setattr(lf, "seed_prompts", lambda w, s, r: iter(lambda: [1, 2], None))
+    monkeypatch.setattr(lf, "write_replies", lambda w, ps, o, r, on_step=None: (wrote.append(ps), [(p + [3], len(p)) for p in ps])[1])
+    monkeypatch.setattr(lf, "read_sample", lambda e, s, st: (np.asarray(s), np.asarray(s), np.zeros((len(s), 2)), np.ones(len(s), bool)))
+    for invent, n_new in ((0.5, 4), (0.0, 0)):
+        asked.clear(), wrote.clear()
+        lf.collect_replies(None, None, ["x"], LayerOptions(chunk=2, writers=4, invent=invent), deadline=0, least=0)
+        assert asked == [n_new] and len(wrote[0]) == 8 and wrote[0].count([9, 9]) == n_new

@@ -2,7 +2,10 @@
 trained over the frozen target, the whole command short of printing.
 
 1. Replies: the seed prompts (built-in, none of them benchmark requests; or the
-   passages of the given files) through the chat template, each answered at
+   passages of the given files) and, for `invent` of each round's prompts,
+   requests the writer makes up on broad subjects (invented_prompts: the seeds
+   alone are too few topics for a layer to reach past them), through the chat
+   template, each answered at
    temperature 0.8 (at most `reply_tokens`), by a writer: a draft model of the
    same vocabulary when one is given (several times faster than the target, and
    its replies lie near the target's), else the target itself; `writers` replies
@@ -57,6 +60,7 @@ class LayerOptions:
     soft: float = 0.0  # the share of each label that is the target's distribution (specgen.heads.layer.readout_loss)
     prompt_labels: bool = True  # train on the prompts' positions too (read anyway); held-out checks stay on replies
     min_chunks: int = 22  # replies go on past their share of the budget until they fill this many chunks
+    invent: float = 0.5  # of each round's prompts: requests the writer makes up (invented_prompts), the rest seeds
     max_steps: int | None = None  # tests
     seed: int = 0
 
@@ -64,8 +68,9 @@ class LayerOptions:
 def check_layer_options(o: LayerOptions) -> None:
     if o.minutes <= 0 or not 0 < o.data_share < 1 or o.writers < 1:
         raise SpecgenError("--minutes must be > 0 (the data's share of it between 0 and 1, and a writer at least)")
-    if not 0 <= o.soft <= 1 or o.weight_decay < 0:
-        raise SpecgenError("the soft share of a label must be between 0 and 1, and weight decay at least 0")
+    if not 0 <= o.soft <= 1 or o.weight_decay < 0 or not 0 <= o.invent <= 1:
+        raise SpecgenError("the soft share of a label and the invented prompts' share must be between 0 and 1, "
+                           "and weight decay at least 0")
     if o.attn % o.head_dim or o.head_dim % 2 or o.chunk < 8 or o.vocab < 16 or not 1 <= o.n_heads <= 8:
         raise SpecgenError("a layer needs attention a multiple of an even head width, chunks of 8+, --vocab >= 16 "
                            "and --n-heads between 1 and 8")
@@ -136,6 +141,34 @@ def write_replies(writer, prompts: Sequence[Sequence[int]], opts: LayerOptions, 
     return out
 
 
+INVENT_TOKENS = 64  # at most, of a request the writer makes up
+
+
+def invented_prompts(writer, n: int, opts: LayerOptions, rng: np.random.Generator) -> list[list[int]]:
+    """Up to n prompt token lists, each a user request the writer made up (seeds.INVENT, on a
+    subject of seeds.TOPICS drawn at random), through its chat template: prompts beyond the
+    seeds, so the replies cover more than their topics (a kind of request of seeds.KINDS drawn too).
+    Written as replies are (write_replies,
+    at most INVENT_TOKENS each); a request shorter than 12 characters is dropped. None where
+    the writer has no chat template (a base model takes no requests)."""
+    from dataclasses import replace
+
+    from specgen.apps.chat import format_for, one_turn
+    from specgen.heads.seeds import INVENT, KINDS, TOPICS
+
+    if n <= 0 or not writer.chat_template():
+        return []
+    fmt = format_for(writer)
+    asks = [one_turn(fmt, writer, INVENT.format(kind=KINDS[rng.integers(len(KINDS))], topic=TOPICS[i]))
+            for i in rng.integers(0, len(TOPICS), n)]
+    out = []
+    for sample, start in write_replies(writer, asks, replace(opts, reply_tokens=INVENT_TOKENS), rng):
+        text = writer.detokenize(sample[start:]).strip().strip('"').strip()
+        if len(text) >= 12:
+            out.append(one_turn(fmt, writer, text))
+    return out
+
+
 def read_sample(engine, sample: Sequence[int], start: int):
     """(tokens, picks, hidden float16, keep) of one prompt + reply read through the target in
     one pass, every row out; keep marks the positions whose pick is of the reply."""
@@ -173,8 +206,10 @@ def collect_replies(engine, writer, seeds: Sequence[str], opts: LayerOptions, *,
     rng = np.random.default_rng(opts.seed)
     prompts = seed_prompts(writer, seeds, rng)
     parts, replies, written = [], 0, 0
+    per_round = 2 * max(1, opts.writers)
     while True:
-        batch = write_replies(writer, [next(prompts) for _ in range(2 * max(1, opts.writers))], opts, rng,
+        asks = invented_prompts(writer, round(opts.invent * per_round), opts, rng)
+        batch = write_replies(writer, [next(prompts) for _ in range(per_round - len(asks))] + asks, opts, rng,
                               on_step=None if on_write is None else lambda n: on_write(written + n))
         for sample, start in batch:
             parts.append(read_sample(engine, sample, start))

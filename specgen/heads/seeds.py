@@ -71,6 +71,26 @@ SEEDS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Subjects for the requests a writer makes up (specgen.heads.layer_fit.invented_prompts): broad
+# on purpose, so the replies a layer learns from reach past the fixed seeds' few topics.
+TOPICS: tuple[str, ...] = (
+    "Python", "JavaScript", "TypeScript", "Go", "Rust", "Java", "C++", "C#", "Ruby", "PHP", "Kotlin", "Swift",
+    "shell scripting", "regular expressions", "data structures", "algorithms", "sorting", "graphs", "dynamic programming",
+    "object-oriented design", "functional programming", "testing", "debugging", "performance", "concurrency",
+    "networking", "HTTP and web APIs", "HTML and CSS", "front-end frameworks", "databases", "SQL", "data analysis",
+    "pandas", "machine learning", "statistics", "security", "cryptography", "operating systems", "Linux", "git",
+    "Docker and containers", "cloud computing", "compilers", "file formats", "command-line tools", "code review",
+    "software architecture", "documentation", "mathematics", "physics", "chemistry", "biology", "astronomy",
+    "history", "geography", "economics", "personal finance", "health", "cooking", "travel", "sports", "music",
+    "literature", "language learning", "writing", "careers", "education", "productivity", "philosophy", "law",
+    "marketing", "small business", "the environment", "engineering",
+)
+KINDS: tuple[str, ...] = ("question", "programming task that asks for code", "request to explain something",
+                          "request to write a short text", "request for a list", "request to fix or improve some code")
+INVENT = ("Write one new {kind} that a user might send to an AI assistant about {topic}. "
+          "Reply with the request alone, as the user would type it.")
+
+
 def library_seeds(chars: int = 600) -> list[tuple[str, str]]:
     """("docs", passage): the opening of each topic of the Python reference that ships with Python
     (`pydoc_data.topics`, 79 topics of prose and code; 78 distinct openings), cut at a paragraph break: varied text on any
