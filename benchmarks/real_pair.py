@@ -266,6 +266,8 @@ def main() -> None:
     parts = set(args.parts.split(","))
     if parts - {"bench", "rewrite", "llama"}:
         ap.error("--parts takes bench, rewrite and/or llama")
+    if args.temp < 0 or args.seeds < 1:
+        ap.error("--temp must be >= 0 and --seeds at least 1")
     if "llama" in parts and not args.tools:
         ap.error("--parts llama needs --tools")
     n_maxes = [int(k) for k in args.llama_n_max.split(",") if k.strip()]

@@ -356,3 +356,21 @@ def test_collecting_makes_up_its_share_of_each_rounds_prompts(monkeypatch):
         asked.clear(), wrote.clear()
         lf.collect_replies(None, None, ["x"], LayerOptions(chunk=2, writers=4, invent=invent), deadline=0, least=0)
         assert asked == [n_new] and len(wrote[0]) == 8 and wrote[0].count([9, 9]) == n_new
+
+
+@pytest.mark.parametrize("seeds, invent", [([], 0.5), (["a passage of the user's own text"], 0.0)])
+def test_requests_are_made_up_beside_the_built_in_seeds_only(gemma_path, tmp_path, monkeypatch, seeds, invent):
+    """A layer trained on the user's own passages learns their text: no made-up requests
+    on other subjects are mixed in."""
+    import specgen.heads.layer_fit as lf
+
+    seen = []
+
+    def collect(engine, writer, seeds, opts, **kw):
+        seen.append(opts.invent)
+        raise KeyboardInterrupt  # enough: the options collecting gets
+
+    monkeypatch.setattr(lf, "collect_replies", collect)
+    with pytest.raises(KeyboardInterrupt):
+        lf.train_layer(None, gemma_path, LayerOptions(**TINY), seeds=seeds, out=tmp_path / "l.npz")
+    assert seen == [invent]

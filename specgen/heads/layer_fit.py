@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -145,14 +145,12 @@ INVENT_TOKENS = 64  # at most, of a request the writer makes up
 
 
 def invented_prompts(writer, n: int, opts: LayerOptions, rng: np.random.Generator) -> list[list[int]]:
-    """Up to n prompt token lists, each a user request the writer made up (seeds.INVENT, on a
-    subject of seeds.TOPICS drawn at random), through its chat template: prompts beyond the
-    seeds, so the replies cover more than their topics (a kind of request of seeds.KINDS drawn too).
-    Written as replies are (write_replies,
-    at most INVENT_TOKENS each); a request shorter than 12 characters is dropped. None where
-    the writer has no chat template (a base model takes no requests)."""
-    from dataclasses import replace
-
+    """Up to n prompt token lists, each a user request the writer made up (seeds.INVENT, a kind
+    of seeds.KINDS on a subject of seeds.TOPICS, both drawn at random), through its chat
+    template: prompts beyond the built-in seeds, so the replies cover more than their topics.
+    Written as replies are (write_replies, at most INVENT_TOKENS each); a request shorter
+    than 12 characters is dropped. None where the writer has no chat template (a base
+    model takes no requests)."""
     from specgen.apps.chat import format_for, one_turn
     from specgen.heads.seeds import INVENT, KINDS, TOPICS
 
@@ -251,8 +249,6 @@ def load_data(path: Path, target: str, chunk: int):
 
 def resumed_options(old: FeatureLayer, opts: LayerOptions) -> LayerOptions:
     """`opts` with the shapes of the layer being resumed (its window, heads, widths, draft length)."""
-    from dataclasses import replace
-
     return replace(opts, chunk=old.window + 1, head_dim=old.head_dim, n_heads=old.n_heads,
                    attn=int(old.params["wq"].shape[1]), mlp=old.width, seed=opts.seed + int(old.info.get("runs", 1)))
 
@@ -397,6 +393,8 @@ def train_layer(engine, model_path, opts: LayerOptions, *, writer=None, seeds: S
     earlier = load_data(data_path(out), identity, opts.chunk) if old is not None else None
     output_rows(model_path)  # refuse an unreadable output matrix before spending time on data
     report = on_progress or (lambda p: None)
+    if seeds:  # the user's own passages: a layer for their text, not for made-up requests on other subjects
+        opts = replace(opts, invent=0.0)
     seeds = list(seeds) or [t for _, t in builtin_seeds()]
     data, n_replies = collect_replies(
         engine, writer or engine, seeds, opts, deadline=t0 + budget * opts.data_share,
