@@ -12,10 +12,13 @@ pass priced on a verify curve instead of timed. Three modes:
              model (the F32 target with its Q4_0 draft)
   translate  translated drafts (SmolLM2 drafting for Gemma through text) on
              recorded sampled runs
+  lookup     the default (prompt lookup, cost policy) on the real pair's 1.5B
+             target, Q4_K_M or F16, over recorded chat replies
 
     python benchmarks/replay.py suffix agent-*.json --configs lookup current --no-host
     python benchmarks/replay.py policy --n 96 --seeds 8
     python benchmarks/replay.py translate --f32 --seeds 1,2 --n 48,96 --configs plain,alone,default
+    python benchmarks/replay.py lookup --f16 -n 96
 
 `python benchmarks/replay.py MODE --help` describes each. Recordings of the
 policy and translate modes are cached next to the cost profiles
@@ -31,10 +34,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's specgen (and benchmarks/), never an installed copy
 
-from replaylib import policy, suffix, translate  # noqa: E402 - the modes, one module each (benchmarks/replaylib/)
+from replaylib import lookup, policy, suffix, translate  # noqa: E402 - the modes, one module each (benchmarks/replaylib/)
 
 # each mode's module: its description (__doc__), its options (options(parser)) and its run (run(args))
-MODES = {"suffix": suffix, "policy": policy, "translate": translate}
+MODES = {"suffix": suffix, "policy": policy, "translate": translate, "lookup": lookup}
 
 
 def main(argv=None) -> None:

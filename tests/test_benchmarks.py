@@ -65,7 +65,7 @@ def test_every_script_answers_help(name, tmp_path):
     assert "usage" in p.stdout.lower()
 
 
-@pytest.mark.parametrize("mode", ["suffix", "policy", "translate"])
+@pytest.mark.parametrize("mode", ["suffix", "policy", "translate", "lookup"])
 def test_every_replay_mode_answers_help(mode, tmp_path):
     assert f"replay.py {mode}" in ok(run(["replay.py", mode, "--help"], tmp_path, timeout=60)).stdout
 
@@ -327,8 +327,23 @@ CURVE = [0.0] + [0.02 + 0.01 * n for n in range(1, 40)]
 
 def test_the_command_runs_one_module_per_mode(replay):
     assert {name: mode.__name__ for name, mode in replay.MODES.items()} == {
-        "suffix": "replaylib.suffix", "policy": "replaylib.policy", "translate": "replaylib.translate"}
+        "suffix": "replaylib.suffix", "policy": "replaylib.policy", "translate": "replaylib.translate",
+        "lookup": "replaylib.lookup"}
     assert all(callable(mode.options) and callable(mode.run) and mode.__doc__ for mode in replay.MODES.values())
+
+
+def test_lookup_replay_configs_name_the_cost_policys_variants(replay):
+    lookup = replay.MODES["lookup"]
+    p = lookup.variant("current", CURVE)()
+    assert p.free_z == type(p).free_z and type(p).__name__ == "CostAware"
+    old = lookup.variant("judge=round,free_z=0", CURVE)()
+    assert old.free_z == 0.0 and isinstance(old, lookup.RoundOnly)
+    old.observe(3, 1, 1)
+    old.observe(3, 3, 2, first=1)  # later words on the same offer: not heard under judge=round
+    assert old.acceptance(3).reached[:2] == [1.0]
+    for bad in ("judge=never", "free_z=high", "depth=3"):
+        with pytest.raises(SystemExit, match=bad.split("=")[0]):
+            lookup.variant(bad, CURVE)
 
 
 def test_policy_replay_of_recorded_drafts(policy_mode):
@@ -385,8 +400,9 @@ def test_translate_default_is_the_recorded_model_with_lookup_alongside_as_build_
 
     monkeypatch.setattr(translate, "make_policy", lambda name, k, *engines, seed=0, build=CostAware: build(
         k, Costs(CURVE, 0.004, 0.0005, draft_verify_s=TRANSLATE_COSTS["draft"]), Priors(), seed=seed, shared=None))
-    prompt, n = [5, 6, 7, 5, 6, 7, 5, 6], 14  # a text that repeats its prompt: lookup has offers
-    target = [(i % 3) + 5 if i % 7 else 9 for i in range(n + depth)]
+    # a text that repeats its prompt ten tokens at a time: lookup has offers that pay
+    prompt, n = [5, 6, 7, 5, 6, 7, 5, 6], 14
+    target = [(i % 3) + 5 if i % 11 else 9 for i in range(n + depth)]
     drafts = [target[m:m + depth] if m % 3 else [1] * depth for m in range(1, n + 1)]
     got = translate.replay_translated(_recorded(prompt, n, depth, target, drafts), prompt, n, "default",
                                       TRANSLATE_COSTS, (None, None), 0.001)  # asserts the recorded tokens

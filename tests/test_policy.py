@@ -294,6 +294,28 @@ def test_an_untried_model_drafts_once_while_its_cache_is_in_step():
 Q4_LIKE = [0.0, 0.0115, 0.0256, 0.0262, 0.0298] + [0.057 + 0.002 * n for n in range(28)]  # a second row costs 1.2 passes
 
 
+# the Qwen2.5-Coder 1.5B Q4_K_M's profile on 2 threads (ms): 16 rows cost less than 15
+QWEN_Q4 = [0.0] + [m / 1000 for m in (25.3, 50.4, 71.8, 86.2, 106.2, 124.1, 142.0, 147.0, 167.0, 184.9, 202.8,
+                                      207.8, 227.8, 245.7, 263.6, 157.9, 288.5, 306.4, 324.3)]
+
+
+def test_a_free_offer_on_thin_evidence_is_not_drafted_long_where_rows_are_dear():
+    """A free key is chosen a little below its estimates (`free_z`): one offer that
+    matched whole and one that parted at its third do not buy a 16-row pass that costs
+    six plain steps (at the means they did); a third offer that matches whole does."""
+    p = CostAware(16, Costs(QWEN_Q4, 0.0))
+    p.observe(4, 16, 16)
+    p.observe(4, 3, 2)
+    assert p.choose(4, 15) == 0
+    mean = CostAware(16, Costs(QWEN_Q4, 0.0))
+    mean.free_z = 0.0
+    mean.observe(4, 16, 16)
+    mean.observe(4, 3, 2)
+    assert mean.choose(4, 15) == 15  # the same evidence at its means
+    p.observe(4, 16, 16)
+    assert p.choose(4, 15) == 15
+
+
 def test_an_untried_model_that_declines_leaves_the_round_to_the_offer():
     """Where rows are dear (a quantized target on a CPU) a model at its prior may not pay
     for one draft; its first round is then the offer's, weighed as lookup alone weighs it,
@@ -316,6 +338,36 @@ def test_an_untried_model_that_declines_leaves_the_round_to_the_offer():
 ])
 def test_an_unused_offer_is_judged_against_what_the_round_emitted(offer, emitted, outcome):
     assert unused_offer_outcome(offer, emitted) == outcome
+
+
+def test_passed_offers_are_judged_as_the_text_settles_them():
+    from specgen.policy.base import PassedOffers
+
+    offers = PassedOffers()
+    prompt = [1, 2]
+    offers.add(4, [5, 6, 7], start=2)  # predicts the three tokens after the prompt
+    offers.add(2, [9], start=2)
+    offers.add(3, [], start=2)  # an empty offer teaches nothing
+    # (key, first position newly told, reached, accepted)
+    assert offers.judge(prompt + [5]) == [(4, 0, 1, 1), (2, 0, 1, 0)]  # [9] parts at once: done
+    assert offers.judge(prompt + [5]) == []  # nothing new settled
+    assert offers.judge(prompt + [5, 6]) == [(4, 1, 2, 2)]
+    offers.add(1, [7, 8, 9, 10], start=4)
+    assert offers.judge(prompt + [5, 6, 7]) == [(4, 2, 3, 3), (1, 0, 1, 1)]  # the first offer matched whole: done
+    assert offers.judge(prompt + [5, 6, 7, 3], final=True) == [(1, 1, 2, 1)]  # parts at its second
+    offers.add(5, [1, 1], start=6)
+    assert offers.judge(prompt + [5, 6, 7, 3, 1], final=True) == [(5, 0, 1, 1)]
+    assert offers.judge(prompt + [5, 6, 7, 3, 1, 1]) == []  # the text ended: nothing left open
+
+
+def test_an_offers_later_positions_add_to_its_counts_without_fading_them_again():
+    p = CostAware(8, Costs(Q4_LIKE, 0.0))
+    p.observe(2, 1, 1)
+    p.observe(2, 3, 2, first=1)  # the same offer's second and third positions, settled later
+    acc = p.acceptance(2)
+    assert acc.reached[:3] == [1.0, 1.0, 1.0] and acc.accepted[:3] == [1.0, 1.0, 0.0]
+    p.observe(2, 1, 0)  # a new offer fades the counts before it once
+    assert acc.reached[:3] == [1.0 + p.decay, p.decay, p.decay]
 
 
 def test_an_offer_passed_over_teaches_its_key_for_free():

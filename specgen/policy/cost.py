@@ -76,12 +76,16 @@ class Acceptance:
             prior = mean
         return out
 
-    def add(self, k: int, accepted: int, decay: float) -> None:
+    def add(self, k: int, accepted: int, decay: float, first: int = 0) -> None:
+        """A draft's positions `first` … k - 1 (and no further than the first it lost)
+        seen, those below `accepted` accepted; a draft's first word (first = 0)
+        fades the counts before it by `decay`."""
         while len(self.reached) < k:
             self.reached.append(0.0)
             self.accepted.append(0.0)
-        self.forget(decay)
-        for i in range(min(accepted + 1, k)):  # positions the rule looked at
+        if first == 0:
+            self.forget(decay)
+        for i in range(first, min(accepted + 1, k)):  # positions the rule looked at
             self.reached[i] += 1.0
             if i < accepted:
                 self.accepted[i] += 1.0
@@ -164,8 +168,9 @@ class CostAware(Policy):
     `idle_decay` a round) and the spread grows back: a drafter that cannot
     pay is probed rarely, one whose acceptance changes is found again. A free
     drafter's offer that a round passes over (k = 0, or the model drafted) is
-    the exception: it is judged against what the round emitted (`observe`),
-    evidence at no cost.
+    the exception: it is judged against the text that follows (`observe`,
+    `PassedOffers`), evidence at no cost; and so it is chosen a little below its
+    estimates (`free_z`), not above.
 
     A draft model whose cache lags (its prompt not yet read, tokens settled
     while it sat out) first pays the catch-up: it drafts only if catch-up +
@@ -212,6 +217,9 @@ class CostAware(Policy):
     # running top probability (off: the prior as under greedy).
     explore_near = True
     top_prior = True
+    # free_z: a free drafter's offer is chosen on its estimates shifted by this many posterior
+    # deviations (below its means): see `choose`.
+    free_z = -0.5
 
     def __init__(self, k_max: int, costs: Costs, priors: Priors = Priors(), *, seed: int = 0,
                  shared: dict | None = None) -> None:
@@ -293,7 +301,7 @@ class CostAware(Policy):
 
     def choose(self, key: int, limit: int, situation: Situation = ALONE, z: float | None = None) -> int:
         """k for this round (0: a plain step); `z` fixes the round's upward draw
-        (None: drawn, or 0 for a free key)."""
+        (None: drawn, or `free_z` for a free key)."""
         limit = min(limit, self.k_max)
         if limit <= 0:
             return 0
@@ -301,16 +309,20 @@ class CostAware(Policy):
         # optimistic Thompson sampling: only upward draws, so noise never cuts
         # a draft the estimates already favour; it only tries k they do not.
         # A free drafter's offer is judged whether or not it is verified
-        # (`observe`): drafting it to learn buys nothing, so it is chosen on the
-        # estimates alone, and they do not fade while it sits out.
+        # (`observe`): drafting it to learn buys nothing, so it is chosen on its
+        # estimates with no draw, and they do not fade while it sits out. Its
+        # estimates are taken `free_z` deviations below their means: choosing among
+        # noisy estimates favours those that noise lifted, and where rows are dear
+        # one long draft on thin evidence lost a reply's gains.
         free = key != MODEL_KEY
         if z is None:
-            z = 0.0 if free else max(float(self.rng.standard_normal()), 0.0)
+            z = self.free_z if free else max(float(self.rng.standard_normal()), 0.0)
         alphas = with_counts(acc.rates(limit, z=z), situation.counts)
         rates = self.rates(alphas, situation)
         k = _best(rates)
-        mean = self.rates(with_counts(acc.rates(limit), situation.counts), situation) if k and z else rates
-        probe = bool(k and z) and _best(mean) == 0
+        drawn = k and z and not free
+        mean = self.rates(with_counts(acc.rates(limit), situation.counts), situation) if drawn else rates
+        probe = bool(drawn) and _best(mean) == 0
         k = _explore(rates, mean, k, self.explore_near)  # past the estimates' best: only as far as the draw favours
         if k and situation.lag > 2:
             chance = self._pays_chance(acc, limit, situation, z) if probe else None
@@ -388,7 +400,7 @@ class CostAware(Policy):
         # verified (`observe`), so it is scored on its estimates alone, as in `choose`.
         z = max(float(self.rng.standard_normal()), 0.0)
         offer, model = self.acceptance(key), self.acceptance(MODEL_KEY)
-        take = [step_rate(with_counts(offer.rates(offered), counts), k, self.verify_s, 0.0, situation,
+        take = [step_rate(with_counts(offer.rates(offered, z=self.free_z), counts), k, self.verify_s, 0.0, situation,
                           self.pick_s) for k in range(offered + 1)]
         k_take = _best(take)
         alphas = model.rates(limit, z=z)
@@ -443,9 +455,9 @@ class CostAware(Policy):
         k = max(range(len(rates)), key=rates.__getitem__)
         return k > 0 and self._catch_up_pays(lag, remaining, rates[k], rates[0])
 
-    def observe(self, key: int, reached: int, accepted: int) -> None:
-        if reached > 0:
-            self.acceptance(key).add(reached, accepted, self.decay)
+    def observe(self, key: int, reached: int, accepted: int, first: int = 0) -> None:
+        if reached > first:
+            self.acceptance(key).add(reached, accepted, self.decay, first)
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)

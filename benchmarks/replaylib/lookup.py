@@ -1,0 +1,128 @@
+"""The default (prompt lookup under the cost policy) on the real pair's target, replayed.
+
+Plain greedy text of each chat request (the Qwen2.5-Coder 1.5B Q4_K_M as
+downloaded, or with --f16 its F16 copy), recorded once with end-of-generation
+ignored, then replayed through the real loop (`Generation`, prompt lookup, the
+cost policy) on a stand-in target whose rows follow it, each pass priced on the
+model's cached verify curve (`suffix.replay`, host work left out): the policy's
+choices compared with no timing noise. A config names the cost policy's
+variant: `current` (today's), `free_z=Z` (a free offer chosen Z posterior
+deviations from its estimates: 0, its means), `judge=round` (an offer passed
+over taught only by the tokens its own round emitted, the rule before
+`PassedOffers`); joined by commas. Per request: decode speed over plain priced
+alike, and per config the geometric mean, the lowest, the rounds drafted.
+
+    python benchmarks/replay.py lookup [--f16] [--requests A.jsonl B.jsonl] [-n 96] \\
+        [--configs current judge=round,free_z=0]
+
+What it leaves out: the host's work per round, and near-ties where a batched
+verify row picks another token than plain's (the real run then follows a
+slightly different text). Wall-clock confirmation: benchmarks/real_pair.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+from pathlib import Path
+
+from replaylib.common import recordings
+from replaylib.suffix import replay
+
+from specgen.bench import load_requests
+from specgen.bench.requests import request_tokens
+from specgen.decode.generation import Generation
+from specgen.drafters.build import DrafterOptions, build_drafter
+from specgen.engine.costs import cost_profile
+from specgen.engine.llama import Engine
+from specgen.policy.cost import CostAware, Costs
+from specgen.rules.sampling import SamplingParams
+
+HERE = Path(__file__).resolve().parent.parent
+SETS = [HERE / "prompts" / "open.jsonl", HERE / "prompts" / "instruct.jsonl", None]  # None: the bundled requests
+K_MAX = 16  # lookup's ceiling under the cost policy (the CLI's adaptive default)
+
+
+class RoundOnly(CostAware):
+    """The cost policy as it learned from passed-over offers before `PassedOffers`: from
+    the tokens the offer's own round emitted only (the first word on each offer)."""
+
+    def observe(self, key: int, reached: int, accepted: int, first: int = 0) -> None:
+        if first == 0:
+            super().observe(key, reached, accepted)
+
+
+def variant(config: str, curve):
+    """A maker of fresh policies for `config` (see the module's description)."""
+    opts = dict(o.split("=", 1) for o in config.split(",") if o and o != "current")
+    judge = opts.pop("judge", "text")
+    if judge not in ("text", "round"):
+        raise SystemExit(f"config {config}: judge=round or judge=text")
+    free_z = opts.pop("free_z", None)
+    if opts:
+        raise SystemExit(f"config {config}: unknown option {', '.join(opts)} (free_z=, judge=)")
+    try:
+        z = CostAware.free_z if free_z is None else float(free_z)
+    except ValueError:
+        raise SystemExit(f"config {config}: free_z is a number") from None
+
+    def make():
+        p = (RoundOnly if judge == "round" else CostAware)(K_MAX, Costs(curve))
+        p.free_z = z
+        return p
+    return make
+
+
+def record(engine: Engine, requests, n: int, store: Path) -> list[tuple[str, list[int], list[int]]]:
+    """(id, prompt tokens, plain's n greedy tokens) per request, recorded where not cached."""
+    cache = json.loads(store.read_text()) if store.exists() else {}
+    out = []
+    for label, req in requests:
+        prompt = request_tokens(engine, req)
+        key = f"{label}:{req.id}:{hashlib.sha256(json.dumps(prompt).encode()).hexdigest()[:12]}"
+        if key not in cache:
+            gen = Generation(engine, prompt, None, max_tokens=n, params=SamplingParams(ignore_eos=True))
+            for _ in gen:
+                pass
+            cache[key] = list(gen.tokens)
+            store.write_text(json.dumps(cache))
+        out.append((f"{label}:{req.id}", prompt, cache[key]))
+    return out
+
+
+def options(ap) -> None:
+    ap.add_argument("--f16", action="store_true", help="the target's F16 copy (cheap rows)")
+    ap.add_argument("--requests", type=Path, nargs="+", default=None,
+                    help="chat request files (default: benchmarks/prompts/open.jsonl, instruct.jsonl and the bundled set)")
+    ap.add_argument("-n", type=int, default=96, help="tokens per request")
+    ap.add_argument("--threads", type=int, default=2, help="the cost profile's threads (and the recording's)")
+    ap.add_argument("--configs", nargs="+", default=["current", "free_z=0", "judge=round", "judge=round,free_z=0"])
+
+
+def run(args) -> None:
+    from real_pair import models
+
+    target, _ = models(args.f16)
+    sets = args.requests or SETS
+    requests = [(Path(s).stem if s else "bundled", r) for s in sets for r in load_requests(s)]
+    makers = {c: None for c in args.configs}
+    with Engine(Path(target), n_ctx=4096, n_threads=args.threads) as e:
+        curve = cost_profile(e)["verify_s"]
+        for c in makers:
+            makers[c] = variant(c, curve)
+        reqs = record(e, requests, args.n, recordings() / f"lookup-{Path(target).stem}-{args.threads}t-{args.n}.json")
+    plain_rate = 1.0 / curve[1]
+    results = {c: replay(reqs, build_drafter(DrafterOptions("lookup")), K_MAX, curve, make, host=False)
+               for c, make in makers.items()}
+    print(f"{'request':<22}" + "".join(f"{c:>24}" for c in makers))
+    for i, (rid, _, _) in enumerate(reqs):
+        print(f"{rid:<22}" + "".join(f"{results[c][i]['tokens_per_s'] / plain_rate:>23.2f}x" for c in makers))
+    for label, fn in (("geomean", lambda xs: math.exp(statistics.fmean(map(math.log, xs)))), ("lowest", min)):
+        print(f"{label:<22}" + "".join(
+            f"{fn([r['tokens_per_s'] / plain_rate for r in results[c]]):>23.3f}x" for c in makers))
+    print(f"{'rounds drafted':<22}" + "".join(f"{sum(r['rounds'] - r['k_hist'].get(0, 0) for r in results[c]):>24}"
+                                              for c in makers))
+    print(f"decode speed over plain's, both priced on {Path(target).name}'s cached verify curve "
+          f"({args.threads} threads; 4 rows {curve[4] / curve[1]:.2f}x one, 16 rows {curve[16] / curve[1]:.2f}x)")
