@@ -336,12 +336,9 @@ def test_lookup_replay_configs_name_the_cost_policys_variants(replay):
     lookup = replay.MODES["lookup"]
     p = lookup.variant("current", CURVE)()
     assert p.free_z == type(p).free_z and type(p).__name__ == "CostAware"
-    old = lookup.variant("judge=round,free_z=0", CURVE)()
-    assert old.free_z == 0.0 and isinstance(old, lookup.RoundOnly)
-    old.observe(3, 1, 1)
-    old.observe(3, 3, 2, first=1)  # later words on the same offer: not heard under judge=round
-    assert old.acceptance(3).reached[:2] == [1.0]
-    for bad in ("judge=never", "free_z=high", "depth=3"):
+    assert lookup.variant("free_z=0", CURVE)().free_z == 0.0
+    assert lookup.variant("free_z=-1", CURVE)().free_z == -1.0
+    for bad in ("free_z=high", "depth=3"):
         with pytest.raises(SystemExit, match=bad.split("=")[0]):
             lookup.variant(bad, CURVE)
 

@@ -172,9 +172,8 @@ def test_a_draft_model_reads_the_prompt_before_the_first_token_when_drafting_can
     assert draft2.kv_tokens(0) == [] and gen2.stats.draft_fed == 0
 
 
-def _passing_over():
-    """A policy that passes every offer over and records what it hears of them, and a
-    scripted drafter whose offers carry key 7."""
+def test_an_offer_the_round_passes_over_is_judged_against_what_it_emitted():
+    """The policy hears what a free offer it left unverified would have met."""
     from specgen.policy.base import FixedK
 
     class PlainRounds(FixedK):  # always passes the offer over
@@ -185,8 +184,8 @@ def _passing_over():
         def choose_offer(self, key, offered, limit, situation=None):
             return 0, True
 
-        def observe(self, key, reached, accepted, first=0):
-            self.seen.append((key, first, reached, accepted))
+        def observe(self, key, reached, accepted):
+            self.seen.append((key, reached, accepted))
 
     class Keyed(ScriptedDrafter):
         def propose_one(self, context, k, params=None, rng=None, seq=0):
@@ -194,34 +193,14 @@ def _passing_over():
             d.key = 7
             return d
 
-    return PlainRounds(), Keyed
-
-
-def test_an_offer_the_round_passes_over_is_judged_against_the_text_that_follows():
-    """The policy hears what a free offer it left unverified would have met, as far as
-    the text goes on matching it, over as many rounds as that takes: a plain round
-    emits one token, and judged against it alone an offer taught its first position
-    only (before: (7, 1, 1) for [3, 4, 9], then (7, 1, 0) for [9, 5]). Each position is
-    told as soon as the text settles it."""
-    policy, Keyed = _passing_over()
+    eng = FakeEngine(chain_table(20))
+    policy = PlainRounds()
     # prompt [1] -> first token 2; plain rounds then emit 3, 4, 5
-    gen = Generation(FakeEngine(chain_table(20)), [1], Keyed([[3, 4, 9], [9, 5], []]), draft_max=4, max_tokens=6,
-                     policy=policy)
-    run(gen)
-    assert gen.tokens == [2, 3, 4, 5, 6, 7]
-    # (key, first position told, reached, accepted): [3, 4, 9] matches 3, then 4, then parts
-    # at 5; [9, 5] parts from 4 at once
-    assert policy.seen == [(7, 0, 1, 1), (7, 1, 2, 2), (7, 0, 1, 0), (7, 2, 3, 2)]
-
-
-def test_an_offer_still_matching_when_the_text_ends_counts_what_it_matched_and_no_more():
-    policy, Keyed = _passing_over()
-    # the text stops at its end-of-generation token 5, within the offer
-    gen = Generation(FakeEngine(chain_table(20), eog=5), [1], Keyed([[3, 4, 5, 6, 7]]), draft_max=8, max_tokens=12,
-                     policy=policy)
+    gen = Generation(eng, [1], Keyed([[3, 4, 9], [9, 5], []]), draft_max=4, max_tokens=4, policy=policy)
     run(gen)
     assert gen.tokens == [2, 3, 4, 5]
-    assert policy.seen == [(7, 0, 1, 1), (7, 1, 2, 2), (7, 2, 3, 3)]  # the fourth position is never known
+    # [3, 4, 9] against the emitted [3]: matched as far as known; [9, 5] against [4]: rejected at once
+    assert policy.seen == [(7, 1, 1), (7, 1, 0)]
 
 
 def test_the_policy_reads_a_free_drafts_counts_cut_to_the_round():

@@ -340,36 +340,6 @@ def test_an_unused_offer_is_judged_against_what_the_round_emitted(offer, emitted
     assert unused_offer_outcome(offer, emitted) == outcome
 
 
-def test_passed_offers_are_judged_as_the_text_settles_them():
-    from specgen.policy.base import PassedOffers
-
-    offers = PassedOffers()
-    prompt = [1, 2]
-    offers.add(4, [5, 6, 7], start=2)  # predicts the three tokens after the prompt
-    offers.add(2, [9], start=2)
-    offers.add(3, [], start=2)  # an empty offer teaches nothing
-    # (key, first position newly told, reached, accepted)
-    assert offers.judge(prompt + [5]) == [(4, 0, 1, 1), (2, 0, 1, 0)]  # [9] parts at once: done
-    assert offers.judge(prompt + [5]) == []  # nothing new settled
-    assert offers.judge(prompt + [5, 6]) == [(4, 1, 2, 2)]
-    offers.add(1, [7, 8, 9, 10], start=4)
-    assert offers.judge(prompt + [5, 6, 7]) == [(4, 2, 3, 3), (1, 0, 1, 1)]  # the first offer matched whole: done
-    assert offers.judge(prompt + [5, 6, 7, 3], final=True) == [(1, 1, 2, 1)]  # parts at its second
-    offers.add(5, [1, 1], start=6)
-    assert offers.judge(prompt + [5, 6, 7, 3, 1], final=True) == [(5, 0, 1, 1)]
-    assert offers.judge(prompt + [5, 6, 7, 3, 1, 1]) == []  # the text ended: nothing left open
-
-
-def test_an_offers_later_positions_add_to_its_counts_without_fading_them_again():
-    p = CostAware(8, Costs(Q4_LIKE, 0.0))
-    p.observe(2, 1, 1)
-    p.observe(2, 3, 2, first=1)  # the same offer's second and third positions, settled later
-    acc = p.acceptance(2)
-    assert acc.reached[:3] == [1.0, 1.0, 1.0] and acc.accepted[:3] == [1.0, 1.0, 0.0]
-    p.observe(2, 1, 0)  # a new offer fades the counts before it once
-    assert acc.reached[:3] == [1.0 + p.decay, p.decay, p.decay]
-
-
 def test_an_offer_passed_over_teaches_its_key_for_free():
     """A key that once lost a round would never be tried against a good model
     again; the offers it makes while the model drafts say what it is worth."""

@@ -298,8 +298,8 @@ def test_the_tree_loop_judges_an_offer_it_passes_over_as_the_chain_loop_does():
         def choose(self, key, limit, situation=None):
             return 0
 
-        def observe(self, key, reached, accepted, first=0):
-            self.seen.append((key, first, reached, accepted))
+        def observe(self, key, reached, accepted):
+            self.seen.append((key, reached, accepted))
 
     class Scripted(PerSequence):
         trees = True
@@ -316,5 +316,5 @@ def test_the_tree_loop_judges_an_offer_it_passes_over_as_the_chain_loop_does():
                          max_tokens=4, policy=policy, tree_width=1)
     list(gen)
     assert gen.tokens == [2, 3, 4, 5]
-    # [3, 4] (cut to the room left) matches 3, then 4; [9] parts from 4 at once
-    assert policy.seen == [(7, 0, 1, 1), (7, 1, 2, 2), (7, 0, 1, 0)]
+    # [3, 4, 9] against the emitted [3]: matched as far as known; [9, 5] against [4]: rejected at once
+    assert policy.seen == [(7, 1, 1), (7, 1, 0)]

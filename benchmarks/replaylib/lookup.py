@@ -7,13 +7,12 @@ cost policy) on a stand-in target whose rows follow it, each pass priced on the
 model's cached verify curve (`suffix.replay`, host work left out): the policy's
 choices compared with no timing noise. A config names the cost policy's
 variant: `current` (today's), `free_z=Z` (a free offer chosen Z posterior
-deviations from its estimates: 0, its means), `judge=round` (an offer passed
-over taught only by the tokens its own round emitted, the rule before
-`PassedOffers`); joined by commas. Per request: decode speed over plain priced
-alike, and per config the geometric mean, the lowest, the rounds drafted.
+deviations from its estimates; 0: at its means, the rule before 2026-12-07).
+Per request: decode speed over plain priced alike, and per config the
+geometric mean, the lowest, the rounds drafted.
 
     python benchmarks/replay.py lookup [--f16] [--requests A.jsonl B.jsonl] [-n 96] \\
-        [--configs current judge=round,free_z=0]
+        [--configs current free_z=0 free_z=-1]
 
 What it leaves out: the host's work per round, and near-ties where a batched
 verify row picks another token than plain's (the real run then follows a
@@ -45,31 +44,19 @@ SETS = [HERE / "prompts" / "open.jsonl", HERE / "prompts" / "instruct.jsonl", No
 K_MAX = 16  # lookup's ceiling under the cost policy (the CLI's adaptive default)
 
 
-class RoundOnly(CostAware):
-    """The cost policy as it learned from passed-over offers before `PassedOffers`: from
-    the tokens the offer's own round emitted only (the first word on each offer)."""
-
-    def observe(self, key: int, reached: int, accepted: int, first: int = 0) -> None:
-        if first == 0:
-            super().observe(key, reached, accepted)
-
-
 def variant(config: str, curve):
     """A maker of fresh policies for `config` (see the module's description)."""
     opts = dict(o.split("=", 1) for o in config.split(",") if o and o != "current")
-    judge = opts.pop("judge", "text")
-    if judge not in ("text", "round"):
-        raise SystemExit(f"config {config}: judge=round or judge=text")
     free_z = opts.pop("free_z", None)
     if opts:
-        raise SystemExit(f"config {config}: unknown option {', '.join(opts)} (free_z=, judge=)")
+        raise SystemExit(f"config {config}: unknown option {', '.join(opts)} (free_z=)")
     try:
         z = CostAware.free_z if free_z is None else float(free_z)
     except ValueError:
         raise SystemExit(f"config {config}: free_z is a number") from None
 
     def make():
-        p = (RoundOnly if judge == "round" else CostAware)(K_MAX, Costs(curve))
+        p = CostAware(K_MAX, Costs(curve))
         p.free_z = z
         return p
     return make
@@ -98,7 +85,7 @@ def options(ap) -> None:
                     help="chat request files (default: benchmarks/prompts/open.jsonl, instruct.jsonl and the bundled set)")
     ap.add_argument("-n", type=int, default=96, help="tokens per request")
     ap.add_argument("--threads", type=int, default=2, help="the cost profile's threads (and the recording's)")
-    ap.add_argument("--configs", nargs="+", default=["current", "free_z=0", "judge=round", "judge=round,free_z=0"])
+    ap.add_argument("--configs", nargs="+", default=["current", "free_z=0"])
 
 
 def run(args) -> None:

@@ -29,7 +29,7 @@ from replaylib.common import ALONGSIDE, DEPTH, OFFER_MAX, bundled_subset, record
 from specgen.drafters.build import build_drafter
 from specgen.engine.costs import cost_profile
 from specgen.engine.llama import Engine
-from specgen.policy.base import MODEL_KEY, FixedK, PassedOffers, Situation, verify_cost
+from specgen.policy.base import MODEL_KEY, FixedK, Situation, unused_offer_outcome, verify_cost
 from specgen.policy.cost import DRAFT_MODEL_PRIOR, CostAware, Costs, Priors
 
 
@@ -63,14 +63,13 @@ def replay_policy(rec: dict, policy, n: int, costs: dict, lookup=None) -> dict:
     draft's curve). `lookup`: a PromptLookup offering its proposals first
     (specgen's default with a draft model), chosen per round by
     `policy.choose_offer` as in `specgen.decode.generation.plan_step`; an offer passed over
-    teaches its key what it would have met (`policy.observe`) as the text goes on, as in
-    `Generation.settle` (`PassedOffers`)."""
+    teaches its key what it would have met (`policy.observe`), as in
+    `Generation.settle`."""
     tgt, drafts, prompt = rec["target"], rec["drafts"], rec["prompt"]
     verify, dcurve = costs["verify"], costs["draft"]
     if lookup is not None:
         lookup.begin(0)
     m, t, fed_to, hist, took = 1, 0.0, 1, {}, 0
-    passed = PassedOffers()
     while m < n:
         limit = min(DEPTH, n - m - 1)  # the model's drafts: as deep as recorded
         lag = m - fed_to
@@ -91,11 +90,9 @@ def replay_policy(rec: dict, policy, n: int, costs: dict, lookup=None) -> dict:
             fed_to = m + acc  # its cache holds the accepted prefix; the target's token is fed next round
         took += bool(k and take)
         policy.update(key if take else MODEL_KEY, k, acc)
-        if offered and (k == 0 or not take):  # an offer passed over learns from the text that follows it
-            passed.add(offer.key, offer.tokens, len(prompt) + m)
+        if offered and (k == 0 or not take):  # an offer passed over learns from what the round emitted
+            policy.observe(key, *unused_offer_outcome(offer.tokens, tgt[m:m + acc + 1]))
         m += acc + 1
-        for key_, first, reached, accepted in passed.judge(prompt + tgt[:m]):
-            policy.observe(key_, reached, accepted, first)
     return {"tps": (m - 1) / t, "k_hist": dict(sorted(hist.items())), "lookup_rounds": took}
 
 

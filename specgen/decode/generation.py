@@ -20,7 +20,7 @@ from specgen.decode.stats import Round, Stats
 from specgen.drafters.base import Draft, Drafter, Want
 from specgen.errors import SpecgenError
 from specgen.plan import NORMAL_FEED
-from specgen.policy.base import MODEL_KEY, FixedK, PassedOffers, Situation
+from specgen.policy.base import MODEL_KEY, FixedK, Situation, unused_offer_outcome
 from specgen.rules.sampling import SamplingParams, sample, support
 
 
@@ -105,7 +105,6 @@ class Generation:
         self.context: list[int] | None = None  # prompt + emitted tokens, from begin()
         self._start: float | None = None
         self._finished = False
-        self.passed = PassedOffers()  # free offers passed over, judged as the text goes on
         self.stats = Stats(prompt_tokens=len(prompt))
         # The target's picks draw one uniform per emitted token from `rng` (plain, and
         # point-mass drafts by sample-and-compare), so a seed gives the same text with
@@ -258,21 +257,14 @@ class Generation:
         if n_acc < len(d):
             self.target.truncate(self.seq, planned.base + 1 + n_acc)
         emitted = self._emit(d[:n_acc] + [nxt])
-        if planned.unused is not None:
-            self.passed.add(planned.unused.key, planned.unused.tokens, len(self.context))
         self.context.extend(emitted)
         verify_s = time.perf_counter() - planned.t
         self.policy.update(draft.key, len(d), n_acc, None if shared else verify_s, draft if draft.steps or draft.fed else None)
-        self.judge_passed()
+        if planned.unused is not None:
+            self.policy.observe(planned.unused.key, *unused_offer_outcome(planned.unused.tokens, emitted))
         self.stats.draft_fed += draft.fed
         self.stats.draft_prefill_s += draft.fed_s
         return self._account(Round(emitted, len(d), n_acc, planned.draft_s, verify_s))
-
-    def judge_passed(self, final: bool = False) -> None:
-        """Teach the policy what the free offers passed over would have met, as far
-        as the text emitted so far (`PassedOffers`)."""
-        for key, first, reached, accepted in self.passed.judge(self.context, final):
-            self.policy.observe(key, reached, accepted, first)
 
     def _account(self, r: Round) -> Round:
         self.stats.add(r)
@@ -286,7 +278,6 @@ class Generation:
         suffix index remembers it, final round included)."""
         if self.drafter is not None and not self._finished:
             self._finished = True
-            self.judge_passed(final=True)
             self.drafter.finish(self.seq, self.context)
 
     def want(self, k: int) -> Want:

@@ -17,6 +17,7 @@ from typing import Iterator
 from specgen.decode.generation import Generation, argmax, LazyRows
 from specgen.decode.stats import Round
 from specgen.errors import SpecgenError
+from specgen.policy.base import unused_offer_outcome
 from specgen.rules.sampling import support
 from specgen.rules.trees import DraftTree, accept_tree_greedy, accept_tree_sampled
 
@@ -98,8 +99,6 @@ class TreeGeneration(Generation):
         elif n_acc < len(tree):
             target.truncate(seq, base + 1 + n_acc)
         emitted = self._emit([tree.tokens[i] for i in path] + [nxt])
-        if passed_over is not None:
-            self.passed.add(*passed_over, len(self.context))
         self.context.extend(emitted)
         verify_s = time.perf_counter() - t0
         on_main = 0
@@ -107,7 +106,8 @@ class TreeGeneration(Generation):
             on_main += 1
         # the policy learns the main branch; a wider pass is not the k + 1-row cost it tracks
         self.policy.update(tree.key, k, on_main, None if branched else verify_s, None)
-        self.judge_passed()
+        if passed_over is not None:
+            self.policy.observe(passed_over[0], *unused_offer_outcome(passed_over[1], emitted))
         return self._account(Round(emitted, len(tree), n_acc, draft_s, verify_s))
 
     def __iter__(self) -> Iterator[Round]:

@@ -60,39 +60,6 @@ def unused_offer_outcome(offer: Sequence[int], emitted: Sequence[int]) -> tuple[
     return (j + 1, j) if j < n else (n, n)
 
 
-class PassedOffers:
-    """Free offers a round passed over, judged against the text as it is emitted,
-    over as many rounds as that takes. A plain step emits one token, so judged
-    against its own round an offer taught its first position only, and the
-    policy's later positions inherited that figure unseen: a long offer on free
-    text looked as likely as its first token. Each offer's positions are told
-    as the text settles them (`judge`: the positions it newly matched, and the
-    one where it parts); it is done once it parts or the text has run its
-    whole length, or the text ends."""
-
-    def __init__(self) -> None:
-        self._open: list[tuple[int, list[int], int, int]] = []  # (key, tokens, where its first goes, told)
-
-    def add(self, key: int, tokens: Sequence[int], start: int) -> None:
-        if tokens:
-            self._open.append((key, list(tokens), start, 0))
-
-    def judge(self, context: Sequence[int], final: bool = False) -> list[tuple[int, int, int, int]]:
-        """(key, first, reached, accepted) for each offer `context` (prompt + emitted)
-        settles more of: its positions first … reached - 1 are newly known, those
-        below `accepted` matched (`first` 0: the offer's first word). `final`: the
-        text is over, so every offer is done."""
-        out, still = [], []
-        for key, tokens, start, told in self._open:
-            reached, accepted = unused_offer_outcome(tokens, context[start:start + len(tokens)])
-            if reached > told:
-                out.append((key, told, reached, accepted))
-            if reached == accepted and accepted < len(tokens) and not final:
-                still.append((key, tokens, start, reached))
-        self._open = still
-        return out
-
-
 def verify_cost(curve: Sequence[float], rows: int) -> float:
     """Seconds of a target pass with `rows` logit rows; curve[n] measured for n < len(curve)
     (index 0 unused), extended linearly beyond by its mean slope over the last 4 rows
@@ -206,10 +173,9 @@ class Policy:
         self._drafted += k
         self._accepted += accepted
 
-    def observe(self, key: int, reached: int, accepted: int, first: int = 0) -> None:
-        """Evidence about a free drafter's key from an offer no round verified
-        (`PassedOffers`): its positions `first` … `reached` - 1, the text settled,
-        those below `accepted` matched; no time was spent on it."""
+    def observe(self, key: int, reached: int, accepted: int) -> None:
+        """Evidence about a free drafter's key from an offer this round did not
+        verify (`unused_offer_outcome`); no time was spent on it."""
 
     def prefill_pays(self, lag: int, remaining: int) -> bool:
         """Should a draft model read `lag` tokens of prompt now, to draft over the

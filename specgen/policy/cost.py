@@ -76,16 +76,12 @@ class Acceptance:
             prior = mean
         return out
 
-    def add(self, k: int, accepted: int, decay: float, first: int = 0) -> None:
-        """A draft's positions `first` … k - 1 (and no further than the first it lost)
-        seen, those below `accepted` accepted; a draft's first word (first = 0)
-        fades the counts before it by `decay`."""
+    def add(self, k: int, accepted: int, decay: float) -> None:
         while len(self.reached) < k:
             self.reached.append(0.0)
             self.accepted.append(0.0)
-        if first == 0:
-            self.forget(decay)
-        for i in range(first, min(accepted + 1, k)):  # positions the rule looked at
+        self.forget(decay)
+        for i in range(min(accepted + 1, k)):  # positions the rule looked at
             self.reached[i] += 1.0
             if i < accepted:
                 self.accepted[i] += 1.0
@@ -168,9 +164,9 @@ class CostAware(Policy):
     `idle_decay` a round) and the spread grows back: a drafter that cannot
     pay is probed rarely, one whose acceptance changes is found again. A free
     drafter's offer that a round passes over (k = 0, or the model drafted) is
-    the exception: it is judged against the text that follows (`observe`,
-    `PassedOffers`), evidence at no cost; and so it is chosen a little below its
-    estimates (`free_z`), not above.
+    the exception: it is judged against what the round emitted (`observe`),
+    evidence at no cost; and so it is chosen a little below its estimates
+    (`free_z`), not above.
 
     A draft model whose cache lags (its prompt not yet read, tokens settled
     while it sat out) first pays the catch-up: it drafts only if catch-up +
@@ -455,9 +451,9 @@ class CostAware(Policy):
         k = max(range(len(rates)), key=rates.__getitem__)
         return k > 0 and self._catch_up_pays(lag, remaining, rates[k], rates[0])
 
-    def observe(self, key: int, reached: int, accepted: int, first: int = 0) -> None:
-        if reached > first:
-            self.acceptance(key).add(reached, accepted, self.decay, first)
+    def observe(self, key: int, reached: int, accepted: int) -> None:
+        if reached > 0:
+            self.acceptance(key).add(reached, accepted, self.decay)
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)
