@@ -343,6 +343,15 @@ def test_lookup_replay_configs_name_the_cost_policys_variants(replay):
             lookup.variant(bad, CURVE)
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--requests", "nope.jsonl"], ["nope.jsonl"]),
+    (["--configs", "free_z=high"], ["free_z"]),
+    (["-n", "1"], ["-n"]),
+])
+def test_lookup_replay_refuses_bad_input_in_one_line_before_loading_a_model(args, words, tmp_path):
+    one_line_failure(run(["replay.py", "lookup", *args], tmp_path, timeout=60), *words)
+
+
 def test_policy_replay_of_recorded_drafts(policy_mode):
     """A recorded greedy run and a draft right on every other stretch: fixed k and the cost policy."""
     from specgen.policy.base import FixedK

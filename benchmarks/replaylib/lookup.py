@@ -7,7 +7,7 @@ cost policy) on a stand-in target whose rows follow it, each pass priced on the
 model's cached verify curve (`suffix.replay`, host work left out): the policy's
 choices compared with no timing noise. A config names the cost policy's
 variant: `current` (today's), `free_z=Z` (a free offer chosen Z posterior
-deviations from its estimates; 0: at its means, the rule before 2026-12-07).
+deviations from its estimates; 0: at its means, the rule before free_z).
 Per request: decode speed over plain priced alike, and per config the
 geometric mean, the lowest, the rounds drafted.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from specgen.decode.generation import Generation
 from specgen.drafters.build import DrafterOptions, build_drafter
 from specgen.engine.costs import cost_profile
 from specgen.engine.llama import Engine
+from specgen.errors import SpecgenError
 from specgen.policy.cost import CostAware, Costs
 from specgen.rules.sampling import SamplingParams
 
@@ -64,7 +66,10 @@ def variant(config: str, curve):
 
 def record(engine: Engine, requests, n: int, store: Path) -> list[tuple[str, list[int], list[int]]]:
     """(id, prompt tokens, plain's n greedy tokens) per request, recorded where not cached."""
-    cache = json.loads(store.read_text()) if store.exists() else {}
+    try:
+        cache = json.loads(store.read_text()) if store.exists() else {}
+    except (OSError, ValueError):
+        cache = {}  # unreadable: recorded again
     out = []
     for label, req in requests:
         prompt = request_tokens(engine, req)
@@ -74,7 +79,9 @@ def record(engine: Engine, requests, n: int, store: Path) -> list[tuple[str, lis
             for _ in gen:
                 pass
             cache[key] = list(gen.tokens)
-            store.write_text(json.dumps(cache))
+            tmp = store.with_suffix(".tmp")
+            tmp.write_text(json.dumps(cache))
+            os.replace(tmp, store)  # whole or not at all
         out.append((f"{label}:{req.id}", prompt, cache[key]))
     return out
 
@@ -91,14 +98,18 @@ def options(ap) -> None:
 def run(args) -> None:
     from real_pair import models
 
+    if args.n < 2:
+        raise SystemExit(f"replay: -n must be at least 2 (got {args.n})")
+    for c in args.configs:
+        variant(c, [])  # a bad config fails before any model loads
+    try:
+        requests = [(Path(s).stem if s else "bundled", r) for s in args.requests or SETS for r in load_requests(s)]
+    except SpecgenError as err:
+        raise SystemExit(f"replay: {err}") from None
     target, _ = models(args.f16)
-    sets = args.requests or SETS
-    requests = [(Path(s).stem if s else "bundled", r) for s in sets for r in load_requests(s)]
-    makers = {c: None for c in args.configs}
     with Engine(Path(target), n_ctx=4096, n_threads=args.threads) as e:
         curve = cost_profile(e)["verify_s"]
-        for c in makers:
-            makers[c] = variant(c, curve)
+        makers = {c: variant(c, curve) for c in args.configs}
         reqs = record(e, requests, args.n, recordings() / f"lookup-{Path(target).stem}-{args.threads}t-{args.n}.json")
     plain_rate = 1.0 / curve[1]
     results = {c: replay(reqs, build_drafter(DrafterOptions("lookup")), K_MAX, curve, make, host=False)
