@@ -338,7 +338,10 @@ def test_lookup_replay_configs_name_the_cost_policys_variants(replay):
     assert p.free_z == type(p).free_z and type(p).__name__ == "CostAware"
     assert lookup.variant("free_z=0", CURVE)().free_z == 0.0
     assert lookup.variant("free_z=-1", CURVE)().free_z == -1.0
-    for bad in ("free_z=high", "depth=3"):
+    assert p.observe_fades_all is False
+    both = lookup.variant("free_z=0,fade=all", CURVE)()
+    assert both.observe_fades_all is True and both.free_z == 0.0
+    for bad in ("free_z=high", "depth=3", "fade=some"):
         with pytest.raises(SystemExit, match=bad.split("=")[0]):
             lookup.variant(bad, CURVE)
 

@@ -316,6 +316,26 @@ def test_a_free_offer_on_thin_evidence_is_not_drafted_long_where_rows_are_dear()
     assert p.choose(4, 15) == 15
 
 
+def test_plain_steps_judging_an_offer_at_its_first_position_leave_its_later_positions_evidence():
+    """Long drafts showed positions 2-15 hold; then a run of plain steps judges each
+    passed-over offer at its first position only (4 of 5 held). That evidence says
+    nothing of the later positions, so it does not fade theirs: the key still drafts
+    long (before, every first-position judgment faded all sixteen, and after about
+    thirty plain steps the long draft looked unsafe and was never tried again). Where
+    the first position itself fails, drafting stops as before."""
+    def taught(first_held):
+        p = CostAware(16, Costs(QWEN_Q4, 0.0))
+        for acc in (15, 15, 9, 15):
+            p.update(4, 15, acc)
+        for i in range(40):
+            p.observe(4, 1, int(first_held(i)))
+        return p
+    p = taught(lambda i: i % 5 != 4)
+    assert p.choose(4, 15) == 15
+    assert p.acceptance(4).rates(16)[8] > 0.99
+    assert taught(lambda i: i % 5 == 4).choose(4, 15) == 0
+
+
 def test_an_untried_model_that_declines_leaves_the_round_to_the_offer():
     """Where rows are dear (a quantized target on a CPU) a model at its prior may not pay
     for one draft; its first round is then the offer's, weighed as lookup alone weighs it,

@@ -7,12 +7,19 @@ cost policy) on a stand-in target whose rows follow it, each pass priced on the
 model's cached verify curve (`suffix.replay`, host work left out): the policy's
 choices compared with no timing noise. A config names the cost policy's
 variant: `current` (today's), `free_z=Z` (a free offer chosen Z posterior
-deviations from its estimates; 0: at its means, the rule before free_z).
+deviations from its estimates; 0: at its means, the rule before free_z),
+`fade=all` (a passed-over offer's judgment fades the evidence of every position,
+the rule before `CostAware.observe` faded only those it reaches); joined by
+commas (`free_z=0,fade=all`).
 Per request: decode speed over plain priced alike, and per config the
-geometric mean, the lowest, the rounds drafted.
+geometric mean, the lowest, the rounds drafted. Then, apart from the chat
+requests, `real_pair.py`'s rewrite (benchmarks/prompts/inventory.py, "Add type
+hints to every function signature.", its prompt as `specgen rewrite` builds it,
+plain's text to its end): the use where lookup copies most (--no-rewrite:
+leave it out).
 
     python benchmarks/replay.py lookup [--f16] [--requests A.jsonl B.jsonl] [-n 96] \\
-        [--configs current free_z=0 free_z=-1]
+        [--configs current fade=all free_z=0]
 
 What it leaves out: the host's work per round, and near-ties where a batched
 verify row picks another token than plain's (the real run then follows a
@@ -31,6 +38,8 @@ from pathlib import Path
 from replaylib.common import recordings
 from replaylib.suffix import replay
 
+from specgen.apps import rewrite as rw
+from specgen.apps.chat import format_for
 from specgen.bench import load_requests
 from specgen.bench.requests import request_tokens
 from specgen.decode.generation import Generation
@@ -50,8 +59,11 @@ def variant(config: str, curve):
     """A maker of fresh policies for `config` (see the module's description)."""
     opts = dict(o.split("=", 1) for o in config.split(",") if o and o != "current")
     free_z = opts.pop("free_z", None)
+    fade = opts.pop("fade", "seen")
     if opts:
-        raise SystemExit(f"config {config}: unknown option {', '.join(opts)} (free_z=)")
+        raise SystemExit(f"config {config}: unknown option {', '.join(opts)} (free_z=, fade=)")
+    if fade not in ("seen", "all"):
+        raise SystemExit(f"config {config}: fade is seen or all")
     try:
         z = CostAware.free_z if free_z is None else float(free_z)
     except ValueError:
@@ -60,29 +72,44 @@ def variant(config: str, curve):
     def make():
         p = CostAware(K_MAX, Costs(curve))
         p.free_z = z
+        p.observe_fades_all = fade == "all"
         return p
     return make
 
 
 def record(engine: Engine, requests, n: int, store: Path) -> list[tuple[str, list[int], list[int]]]:
     """(id, prompt tokens, plain's n greedy tokens) per request, recorded where not cached."""
+    return _recorded(engine, [(f"{label}:{req.id}", request_tokens(engine, req)) for label, req in requests],
+                     n, True, store)
+
+
+def record_rewrite(engine: Engine, store: Path) -> tuple[str, list[int], list[int]]:
+    """real_pair.py's rewrite: (id, its prompt's tokens, plain's greedy tokens to the end
+    of generation, within the CLI's default limit), recorded where not cached."""
+    from real_pair import REWRITE_FILE, REWRITE_INSTRUCTION
+
+    p = rw.build_prompt(engine, REWRITE_INSTRUCTION, REWRITE_FILE.read_text(), format_for(engine, "auto"))
+    rid = f"rewrite:{REWRITE_FILE.stem}"
+    return _recorded(engine, [(rid, p.tokens)], rw.default_max_tokens(p, engine.n_ctx), False, store)[0]
+
+
+def _recorded(engine: Engine, prompts, n: int, ignore_eos: bool, store: Path):
     try:
         cache = json.loads(store.read_text()) if store.exists() else {}
     except (OSError, ValueError):
         cache = {}  # unreadable: recorded again
     out = []
-    for label, req in requests:
-        prompt = request_tokens(engine, req)
-        key = f"{label}:{req.id}:{hashlib.sha256(json.dumps(prompt).encode()).hexdigest()[:12]}"
+    for rid, prompt in prompts:
+        key = f"{rid}:{hashlib.sha256(json.dumps(prompt).encode()).hexdigest()[:12]}"
         if key not in cache:
-            gen = Generation(engine, prompt, None, max_tokens=n, params=SamplingParams(ignore_eos=True))
+            gen = Generation(engine, prompt, None, max_tokens=n, params=SamplingParams(ignore_eos=ignore_eos))
             for _ in gen:
                 pass
             cache[key] = list(gen.tokens)
             tmp = store.with_suffix(".tmp")
             tmp.write_text(json.dumps(cache))
             os.replace(tmp, store)  # whole or not at all
-        out.append((f"{label}:{req.id}", prompt, cache[key]))
+        out.append((rid, prompt, cache[key]))
     return out
 
 
@@ -92,7 +119,8 @@ def options(ap) -> None:
                     help="chat request files (default: benchmarks/prompts/open.jsonl, instruct.jsonl and the bundled set)")
     ap.add_argument("-n", type=int, default=96, help="tokens per request")
     ap.add_argument("--threads", type=int, default=2, help="the cost profile's threads (and the recording's)")
-    ap.add_argument("--configs", nargs="+", default=["current", "free_z=0"])
+    ap.add_argument("--configs", nargs="+", default=["current", "fade=all"])
+    ap.add_argument("--no-rewrite", dest="rewrite", action="store_false", help="leave the rewrite out")
 
 
 def run(args) -> None:
@@ -111,6 +139,8 @@ def run(args) -> None:
         curve = cost_profile(e)["verify_s"]
         makers = {c: variant(c, curve) for c in args.configs}
         reqs = record(e, requests, args.n, recordings() / f"lookup-{Path(target).stem}-{args.threads}t-{args.n}.json")
+        rewrite = record_rewrite(e, recordings() / f"rewrite-{Path(target).stem}-{args.threads}t.json") \
+            if args.rewrite else None
     plain_rate = 1.0 / curve[1]
     results = {c: replay(reqs, build_drafter(DrafterOptions("lookup")), K_MAX, curve, make, host=False)
                for c, make in makers.items()}
@@ -122,5 +152,10 @@ def run(args) -> None:
             f"{fn([r['tokens_per_s'] / plain_rate for r in results[c]]):>23.3f}x" for c in makers))
     print(f"{'rounds drafted':<22}" + "".join(f"{sum(r['rounds'] - r['k_hist'].get(0, 0) for r in results[c]):>24}"
                                               for c in makers))
+    for c, make in makers.items() if rewrite else ():
+        r = replay([rewrite], build_drafter(DrafterOptions("lookup")), K_MAX, curve, make, host=False)[0]
+        hist = " ".join(f"{k}:{n}" for k, n in r["k_hist"].items())
+        print(f"{rewrite[0]} ({len(rewrite[2])} tokens), {c}: {r['tokens_per_s'] / plain_rate:.3f}x, "
+              f"{r['accepted']} of {len(rewrite[2])} tokens from drafts, k chosen {hist}")
     print(f"decode speed over plain's, both priced on {Path(target).name}'s cached verify curve "
           f"({args.threads} threads; 4 rows {curve[4] / curve[1]:.2f}x one, 16 rows {curve[16] / curve[1]:.2f}x)")

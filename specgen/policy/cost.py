@@ -76,15 +76,18 @@ class Acceptance:
             prior = mean
         return out
 
-    def add(self, k: int, accepted: int, decay: float) -> None:
+    def add(self, k: int, accepted: int, decay: float, unseen_decay: float | None = None) -> None:
+        """One round's evidence: positions 1 … accepted reached and accepted, the next
+        reached and rejected. The positions it reaches fade by `decay`, those past
+        them by `unseen_decay` (None: `decay`)."""
         while len(self.reached) < k:
             self.reached.append(0.0)
             self.accepted.append(0.0)
-        self.forget(decay)
-        for i in range(min(accepted + 1, k)):  # positions the rule looked at
-            self.reached[i] += 1.0
-            if i < accepted:
-                self.accepted[i] += 1.0
+        seen = min(accepted + 1, k)  # positions the rule looked at
+        for i in range(len(self.reached)):
+            f = decay if i < seen or unseen_decay is None else unseen_decay
+            self.reached[i] = self.reached[i] * f + (1.0 if i < seen else 0.0)
+            self.accepted[i] = self.accepted[i] * f + (1.0 if i < accepted else 0.0)
 
     def forget(self, decay: float) -> None:
         for i in range(len(self.reached)):
@@ -132,7 +135,8 @@ class Costs:
 class Priors:
     """Acceptance before evidence, and how evidence fades: `prior` per draft
     position, `model` (mean, strength) for a draft model's rounds (None: as the
-    others), counts decayed by `decay` a drafted round and `idle_decay` a plain one."""
+    others), counts decayed by `decay` a drafted round (a passed-over offer's
+    judgment fades only the positions it reaches) and `idle_decay` a plain one."""
 
     prior: float = 0.6
     model: tuple[float, float] | None = None
@@ -216,6 +220,9 @@ class CostAware(Policy):
     # free_z: a free drafter's offer is chosen on its estimates shifted by this many posterior
     # deviations (below its means): see `choose`.
     free_z = -0.5
+    # observe_fades_all: a passed-over offer's judgment fades the evidence of every position,
+    # not only of those it reaches (off: see `observe`).
+    observe_fades_all = False
 
     def __init__(self, k_max: int, costs: Costs, priors: Priors = Priors(), *, seed: int = 0,
                  shared: dict | None = None) -> None:
@@ -452,8 +459,13 @@ class CostAware(Policy):
         return k > 0 and self._catch_up_pays(lag, remaining, rates[k], rates[0])
 
     def observe(self, key: int, reached: int, accepted: int) -> None:
+        """A passed-over offer of `key`, judged against what the round emitted: its
+        first `reached` positions. The evidence of the positions past them does not
+        fade: a run of plain steps judges each offer at its first position only, and
+        that says nothing of the later ones (fading them let a long stretch of plain
+        steps erase what long drafts had shown, and a rewrite stopped drafting long)."""
         if reached > 0:
-            self.acceptance(key).add(reached, accepted, self.decay)
+            self.acceptance(key).add(reached, accepted, self.decay, None if self.observe_fades_all else 1.0)
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)
