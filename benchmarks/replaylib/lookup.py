@@ -15,8 +15,9 @@ Per request: decode speed over plain priced alike, and per config the
 geometric mean, the lowest, the rounds drafted. Then, apart from the chat
 requests, `real_pair.py`'s rewrite (benchmarks/prompts/inventory.py, "Add type
 hints to every function signature.", its prompt as `specgen rewrite` builds it,
-plain's text to its end): the use where lookup copies most (--no-rewrite:
-leave it out).
+plain's text to its end, and the text the default's own run wrote, which batch
+numerics part from plain's at near-ties): the use where lookup copies most
+(--no-rewrite: leave it out).
 
     python benchmarks/replay.py lookup [--f16] [--requests A.jsonl B.jsonl] [-n 96] \\
         [--configs current fade=all free_z=0]
@@ -83,17 +84,21 @@ def record(engine: Engine, requests, n: int, store: Path) -> list[tuple[str, lis
                      n, True, store)
 
 
-def record_rewrite(engine: Engine, store: Path) -> tuple[str, list[int], list[int]]:
-    """real_pair.py's rewrite: (id, its prompt's tokens, plain's greedy tokens to the end
-    of generation, within the CLI's default limit), recorded where not cached."""
+def record_rewrite(engine: Engine, curve, store: Path) -> list[tuple[str, list[int], list[int]]]:
+    """real_pair.py's rewrite, twice: its prompt's tokens with plain's greedy text to the end
+    of generation (within the CLI's default limit), and with the text the default's own run
+    wrote (batch numerics part it from plain's at near-ties, and a different text gives
+    lookup other matches), each recorded where not cached."""
     from real_pair import REWRITE_FILE, REWRITE_INSTRUCTION
 
     p = rw.build_prompt(engine, REWRITE_INSTRUCTION, REWRITE_FILE.read_text(), format_for(engine, "auto"))
-    rid = f"rewrite:{REWRITE_FILE.stem}"
-    return _recorded(engine, [(rid, p.tokens)], rw.default_max_tokens(p, engine.n_ctx), False, store)[0]
+    rid, n = f"rewrite:{REWRITE_FILE.stem}", rw.default_max_tokens(p, engine.n_ctx)
+    return (_recorded(engine, [(f"{rid}:plain", p.tokens)], n, False, store)
+            + _recorded(engine, [(f"{rid}:default", p.tokens)], n, False, store, curve))
 
 
-def _recorded(engine: Engine, prompts, n: int, ignore_eos: bool, store: Path):
+def _recorded(engine: Engine, prompts, n: int, ignore_eos: bool, store: Path, curve=None):
+    """curve: recorded through the default (lookup under the cost policy), not plain."""
     try:
         cache = json.loads(store.read_text()) if store.exists() else {}
     except (OSError, ValueError):
@@ -102,7 +107,9 @@ def _recorded(engine: Engine, prompts, n: int, ignore_eos: bool, store: Path):
     for rid, prompt in prompts:
         key = f"{rid}:{hashlib.sha256(json.dumps(prompt).encode()).hexdigest()[:12]}"
         if key not in cache:
-            gen = Generation(engine, prompt, None, max_tokens=n, params=SamplingParams(ignore_eos=ignore_eos))
+            spec = dict(draft_max=K_MAX, policy=CostAware(K_MAX, Costs(curve))) if curve else {}
+            gen = Generation(engine, prompt, build_drafter(DrafterOptions("lookup")) if curve else None,
+                             max_tokens=n, params=SamplingParams(ignore_eos=ignore_eos), **spec)
             for _ in gen:
                 pass
             cache[key] = list(gen.tokens)
@@ -139,8 +146,8 @@ def run(args) -> None:
         curve = cost_profile(e)["verify_s"]
         makers = {c: variant(c, curve) for c in args.configs}
         reqs = record(e, requests, args.n, recordings() / f"lookup-{Path(target).stem}-{args.threads}t-{args.n}.json")
-        rewrite = record_rewrite(e, recordings() / f"rewrite-{Path(target).stem}-{args.threads}t.json") \
-            if args.rewrite else None
+        rewrites = record_rewrite(e, curve, recordings() / f"rewrite-{Path(target).stem}-{args.threads}t.json") \
+            if args.rewrite else []
     plain_rate = 1.0 / curve[1]
     results = {c: replay(reqs, build_drafter(DrafterOptions("lookup")), K_MAX, curve, make, host=False)
                for c, make in makers.items()}
@@ -152,10 +159,11 @@ def run(args) -> None:
             f"{fn([r['tokens_per_s'] / plain_rate for r in results[c]]):>23.3f}x" for c in makers))
     print(f"{'rounds drafted':<22}" + "".join(f"{sum(r['rounds'] - r['k_hist'].get(0, 0) for r in results[c]):>24}"
                                               for c in makers))
-    for c, make in makers.items() if rewrite else ():
-        r = replay([rewrite], build_drafter(DrafterOptions("lookup")), K_MAX, curve, make, host=False)[0]
-        hist = " ".join(f"{k}:{n}" for k, n in r["k_hist"].items())
-        print(f"{rewrite[0]} ({len(rewrite[2])} tokens), {c}: {r['tokens_per_s'] / plain_rate:.3f}x, "
-              f"{r['accepted']} of {len(rewrite[2])} tokens from drafts, k chosen {hist}")
+    for rewrite in rewrites:
+        for c, make in makers.items():
+            r = replay([rewrite], build_drafter(DrafterOptions("lookup")), K_MAX, curve, make, host=False)[0]
+            hist = " ".join(f"{k}:{n}" for k, n in r["k_hist"].items())
+            print(f"{rewrite[0]} ({len(rewrite[2])} tokens), {c}: {r['tokens_per_s'] / plain_rate:.3f}x, "
+                  f"{r['accepted']} from drafts, k chosen {hist}")
     print(f"decode speed over plain's, both priced on {Path(target).name}'s cached verify curve "
           f"({args.threads} threads; 4 rows {curve[4] / curve[1]:.2f}x one, 16 rows {curve[16] / curve[1]:.2f}x)")
