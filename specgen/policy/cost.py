@@ -76,18 +76,21 @@ class Acceptance:
             prior = mean
         return out
 
-    def add(self, k: int, accepted: int, decay: float, unseen_decay: float | None = None) -> None:
+    def add(self, k: int, accepted: int, decay: float, fade_unseen: bool = True) -> None:
         """One round's evidence: positions 1 … accepted reached and accepted, the next
-        reached and rejected. The positions it reaches fade by `decay`, those past
-        them by `unseen_decay` (None: `decay`)."""
+        reached and rejected. The positions it reaches fade by `decay` first, and
+        those past them too unless `fade_unseen` is False."""
         while len(self.reached) < k:
             self.reached.append(0.0)
             self.accepted.append(0.0)
         seen = min(accepted + 1, k)  # positions the rule looked at
-        for i in range(len(self.reached)):
-            f = decay if i < seen or unseen_decay is None else unseen_decay
-            self.reached[i] = self.reached[i] * f + (1.0 if i < seen else 0.0)
-            self.accepted[i] = self.accepted[i] * f + (1.0 if i < accepted else 0.0)
+        for i in range(len(self.reached) if fade_unseen else seen):
+            self.reached[i] *= decay
+            self.accepted[i] *= decay
+        for i in range(seen):
+            self.reached[i] += 1.0
+            if i < accepted:
+                self.accepted[i] += 1.0
 
     def forget(self, decay: float) -> None:
         for i in range(len(self.reached)):
@@ -465,7 +468,7 @@ class CostAware(Policy):
         that says nothing of the later ones (fading them let a long stretch of plain
         steps erase what long drafts had shown, and a rewrite stopped drafting long)."""
         if reached > 0:
-            self.acceptance(key).add(reached, accepted, self.decay, None if self.observe_fades_all else 1.0)
+            self.acceptance(key).add(reached, accepted, self.decay, fade_unseen=self.observe_fades_all)
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)
