@@ -302,13 +302,14 @@ QWEN_Q4 = [0.0] + [m / 1000 for m in (25.3, 50.4, 71.8, 86.2, 106.2, 124.1, 142.
 def test_a_free_offer_on_thin_evidence_is_not_drafted_long_where_rows_are_dear():
     """A free key is chosen a little below its estimates (`free_z`): one offer that
     matched whole and one that parted at its third do not buy a 16-row pass that costs
-    six plain steps (at the means they did); a third offer that matches whole does."""
+    six plain steps (at the means, each position on its own evidence, they did); a third
+    offer that matches whole does."""
     p = CostAware(16, Costs(QWEN_Q4, 0.0))
     p.observe(4, 16, 16)
     p.observe(4, 3, 2)
     assert p.choose(4, 15) == 0
     mean = CostAware(16, Costs(QWEN_Q4, 0.0))
-    mean.free_z = 0.0
+    mean.free_z, mean.pool_positions = 0.0, False
     mean.observe(4, 16, 16)
     mean.observe(4, 3, 2)
     assert mean.choose(4, 15) == 15  # the same evidence at its means
@@ -334,6 +335,29 @@ def test_plain_steps_judging_an_offer_at_its_first_position_leave_its_later_posi
     assert p.choose(4, 15) == 15
     assert p.acceptance(4).rates(16)[8] > 0.99
     assert taught(lambda i: i % 5 == 4).choose(4, 15) == 0
+
+
+def test_a_key_that_never_drafted_does_not_take_its_later_positions_on_trust_where_other_keys_broke_off():
+    """A 4-gram match drafted long and broke off at its fifth token (a copied line the
+    reply edits); then a 3-gram's offers held at their first positions, the only ones a
+    plain step judges. Its later positions are unseen: taken to hold as its first does,
+    they bought a 16-row pass that costs six plain steps (replayed: a chat reply's gains
+    lost). Starting from the lower of that and what the drafter's keys met there, it does
+    not draft long; its own long drafts that held still count for it."""
+    def taught(pool, own_long=False):
+        p = CostAware(16, Costs(QWEN_Q4, 0.0))
+        p.pool_positions = pool
+        p.update(4, 15, 4)
+        for _ in range(4):
+            p.observe(3, 1, 1)
+        if own_long:
+            p.update(3, 15, 15)
+            p.update(3, 15, 15)
+        return p
+    assert taught(pool=False).choose(3, 15) == 15  # the rule before
+    assert taught(pool=True).choose(3, 15) == 0
+    assert taught(pool=True, own_long=True).choose(3, 15) == 15
+    assert taught(pool=True).acceptance(3).rates(4)[:1] == taught(pool=False).acceptance(3).rates(4)[:1]
 
 
 def test_an_untried_model_that_declines_leaves_the_round_to_the_offer():

@@ -9,8 +9,10 @@ choices compared with no timing noise. A config names the cost policy's
 variant: `current` (today's), `free_z=Z` (a free offer chosen Z posterior
 deviations from its estimates; 0: at its means, the rule before free_z),
 `fade=all` (a passed-over offer's judgment fades the evidence of every position,
-the rule before `CostAware.observe` faded only those it reaches); joined by
-commas (`free_z=0,fade=all`).
+the rule before `CostAware.observe` faded only those it reaches), `pool=off` (a
+key's thinly seen positions start from its own estimate at the position before
+alone, the rule before `CostAware.pool_positions`); joined by commas
+(`free_z=0,fade=all`).
 Per request: decode speed over plain priced alike, and per config the
 geometric mean, the lowest, the rounds drafted. Then, apart from the chat
 requests, `real_pair.py`'s rewrite (benchmarks/prompts/inventory.py, "Add type
@@ -20,7 +22,7 @@ numerics part from plain's at near-ties): the use where lookup copies most
 (--no-rewrite: leave it out).
 
     python benchmarks/replay.py lookup [--f16] [--requests A.jsonl B.jsonl] [-n 96] \\
-        [--configs current fade=all free_z=0]
+        [--configs current fade=all free_z=0 pool=off]
 
 What it leaves out: the host's work per round, and near-ties where a batched
 verify row picks another token than plain's (the real run then follows a
@@ -61,8 +63,11 @@ def variant(config: str, curve):
     opts = dict(o.split("=", 1) for o in config.split(",") if o and o != "current")
     free_z = opts.pop("free_z", None)
     fade = opts.pop("fade", "seen")
+    pool = opts.pop("pool", "on")
     if opts:
-        raise SystemExit(f"config {config}: unknown option {', '.join(opts)} (free_z=, fade=)")
+        raise SystemExit(f"config {config}: unknown option {', '.join(opts)} (free_z=, fade=, pool=)")
+    if pool not in ("on", "off"):
+        raise SystemExit(f"config {config}: pool is on or off")
     if fade not in ("seen", "all"):
         raise SystemExit(f"config {config}: fade is seen or all")
     try:
@@ -74,6 +79,7 @@ def variant(config: str, curve):
         p = CostAware(K_MAX, Costs(curve))
         p.free_z = z
         p.observe_fades_all = fade == "all"
+        p.pool_positions = pool == "on"
         return p
     return make
 

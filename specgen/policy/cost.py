@@ -34,6 +34,10 @@ DRAFT_MODEL_PRIOR = (0.7, 6.0)
 HEADS_PRIOR = (0.5, 4.0)
 # The weight, in rounds, of `prior` in a free drafter's pooled prior (`_free_prior`).
 FREE_POOL_STRENGTH = 2.0
+# A free key's position with less evidence than this many (decayed) rounds starts from
+# the lower of the key's estimate at the position before and all free keys' evidence
+# there (`Acceptance.pool`).
+POOL_UNTIL = 2.0
 
 
 def heads_prior(heads) -> tuple[float, float]:
@@ -52,21 +56,28 @@ class Acceptance:
     """Decayed counts of 'reached position i' and 'accepted at position i', with
     the posterior they give: a Beta per position, whose prior mean is the
     estimate at the position before (evidence at early positions speaks for
-    unseen later ones) and whose prior weighs `strength` rounds."""
+    unseen later ones) and whose prior weighs `strength` rounds. Where a position
+    has less evidence than POOL_UNTIL rounds and `pool` holds a figure for it
+    (what all keys of its drafter met there), its prior mean is the lower of the two."""
 
     prior: float
     strength: float = 2.0
     reached: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)
+    # per position, what all the keys of its drafter met there (`CostAware._free_pool`;
+    # None where none reached it)
+    pool: Sequence[float | None] = ()
 
     def rates(self, k: int, z: float = 0.0) -> list[float]:
         """α_0 … α_{k-1}: the posterior means (z = 0), or each shifted by z of its
         posterior's standard deviation (a normal approximation of the Beta),
         the same z at every position."""
-        out, prior, s = [], self.prior, self.strength
+        out, prior, s, pool = [], self.prior, self.strength, self.pool
         for i in range(k):
             r = self.reached[i] if i < len(self.reached) else 0.0
             a = self.accepted[i] if i < len(self.accepted) else 0.0
+            if 0 < i < len(pool) and pool[i] is not None and r < POOL_UNTIL:
+                prior = min(prior, pool[i])
             mean = (a + s * prior) / (r + s)
             if z:
                 sd = math.sqrt(mean * (1.0 - mean) / (r + s + 1.0))
@@ -226,6 +237,10 @@ class CostAware(Policy):
     # observe_fades_all: a passed-over offer's judgment fades the evidence of every position,
     # not only of those it reaches (off: see `observe`).
     observe_fades_all = False
+    # pool_positions: a free key's thinly seen positions past the first start no higher
+    # than all free keys' evidence there (`_free_pool`; off: from the key's own
+    # estimate at the position before alone)
+    pool_positions = True
 
     def __init__(self, k_max: int, costs: Costs, priors: Priors = Priors(), *, seed: int = 0,
                  shared: dict | None = None) -> None:
@@ -271,7 +286,31 @@ class CostAware(Policy):
             acc.prior = self.prior * self.top  # follows the text: see `target_top`
         elif key != MODEL_KEY:
             acc.prior = self._free_prior()
+            acc.pool = self._free_pool(acc.prior) if self.pool_positions else ()
         return acc
+
+    def _free_pool(self, first: float) -> list[float | None]:
+        """Each position's acceptance pooled over every free key's evidence there (None
+        where no key has reached it; `first`: the pooled first position), around
+        the pooled estimate at the position before with FREE_POOL_STRENGTH rounds'
+        weight: the drafter's own figure for the position, which a key's estimate is
+        held to where the key has seen little of it. A key whose offers have held at
+        their first positions would otherwise take its later positions to hold as
+        well; where long drafts broke off early (copied lines that the reply edits a
+        few tokens in), a 16-row draft on that promise lost a reply's gains where
+        rows are dear (replayed: docs/notes/2026-12-08-pooled-positions.md)."""
+        keys = [acc for key, acc in self.stats.items() if key != MODEL_KEY]
+        out: list[float | None] = []
+        prior = first
+        for i in range(max((len(acc.reached) for acc in keys), default=0)):
+            reached = sum(acc.reached[i] for acc in keys if i < len(acc.reached))
+            accepted = sum(acc.accepted[i] for acc in keys if i < len(acc.accepted))
+            if i == 0 or reached <= 0:
+                out.append(None)
+                continue
+            prior = (accepted + FREE_POOL_STRENGTH * prior) / (reached + FREE_POOL_STRENGTH)
+            out.append(prior)
+        return out
 
     def _free_prior(self) -> float:
         """A free drafter's key starts from what all its keys have met so far: the
