@@ -4,7 +4,7 @@ Greedy decoding (and, for point-mass drafts, one seeded sampled run) makes a
 round's outcome a function of the context and the draft, so recorded text
 can be replayed through specgen's own loop (`Generation`, `plan_step`, the
 drafters, the cost policy) on a stand-in target whose rows follow it, each
-pass priced on a verify curve instead of timed. Three modes:
+pass priced on a verify curve instead of timed. The modes:
 
   suffix     model-free drafting (prompt lookup, the suffix index, draft trees)
              on `benchmarks/suffix.py`'s records, with its hindsight ceilings
@@ -14,11 +14,14 @@ pass priced on a verify curve instead of timed. Three modes:
              recorded sampled runs
   lookup     the default (prompt lookup, cost policy) on the real pair's 1.5B
              target, Q4_K_M or F16, over recorded chat replies
+  model      the pair's 0.5B draft model (-d) on the same target and replies,
+             its predictions recorded along the text in one pass
 
     python benchmarks/replay.py suffix agent-*.json --configs lookup current --no-host
     python benchmarks/replay.py policy --n 96 --seeds 8
     python benchmarks/replay.py translate --f32 --seeds 1,2 --n 48,96 --configs plain,alone,default
     python benchmarks/replay.py lookup --f16 -n 96
+    python benchmarks/replay.py model --f16 --configs lookup default k=3
 
 `python benchmarks/replay.py MODE --help` describes each. Recordings of the
 policy and translate modes are cached next to the cost profiles
@@ -34,10 +37,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's specgen (and benchmarks/), never an installed copy
 
-from replaylib import lookup, policy, suffix, translate  # noqa: E402 - the modes, one module each (benchmarks/replaylib/)
+from replaylib import lookup, model, policy, suffix, translate  # noqa: E402 - the modes, one module each (benchmarks/replaylib/)
 
 # each mode's module: its description (__doc__), its options (options(parser)) and its run (run(args))
-MODES = {"suffix": suffix, "policy": policy, "translate": translate, "lookup": lookup}
+MODES = {"suffix": suffix, "policy": policy, "translate": translate, "lookup": lookup, "model": model}
 
 
 def main(argv=None) -> None:

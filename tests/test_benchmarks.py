@@ -65,7 +65,7 @@ def test_every_script_answers_help(name, tmp_path):
     assert "usage" in p.stdout.lower()
 
 
-@pytest.mark.parametrize("mode", ["suffix", "policy", "translate", "lookup"])
+@pytest.mark.parametrize("mode", ["suffix", "policy", "translate", "lookup", "model"])
 def test_every_replay_mode_answers_help(mode, tmp_path):
     assert f"replay.py {mode}" in ok(run(["replay.py", mode, "--help"], tmp_path, timeout=60)).stdout
 
@@ -323,12 +323,13 @@ def translate(replay):
 
 
 CURVE = [0.0] + [0.02 + 0.01 * n for n in range(1, 40)]
+GPU_CURVE = [0.0] + [0.02 * (1 + 0.02 * (n - 1)) for n in range(1, 40)]  # extra rows nearly free
 
 
 def test_the_command_runs_one_module_per_mode(replay):
     assert {name: mode.__name__ for name, mode in replay.MODES.items()} == {
         "suffix": "replaylib.suffix", "policy": "replaylib.policy", "translate": "replaylib.translate",
-        "lookup": "replaylib.lookup"}
+        "lookup": "replaylib.lookup", "model": "replaylib.model"}
     assert all(callable(mode.options) and callable(mode.run) and mode.__doc__ for mode in replay.MODES.values())
 
 
@@ -341,7 +342,8 @@ def test_lookup_replay_configs_name_the_cost_policys_variants(replay):
     assert p.observe_fades_all is False
     both = lookup.variant("free_z=0,fade=all", CURVE)()
     assert both.observe_fades_all is True and both.free_z == 0.0
-    for bad in ("free_z=high", "depth=3", "fade=some"):
+    assert p.pool_positions is True and lookup.variant("pool=off", CURVE)().pool_positions is False
+    for bad in ("free_z=high", "depth=3", "fade=some", "pool=maybe"):
         with pytest.raises(SystemExit, match=bad.split("=")[0]):
             lookup.variant(bad, CURVE)
 
@@ -353,6 +355,57 @@ def test_lookup_replay_configs_name_the_cost_policys_variants(replay):
 ])
 def test_lookup_replay_refuses_bad_input_in_one_line_before_loading_a_model(args, words, tmp_path):
     one_line_failure(run(["replay.py", "lookup", *args], tmp_path, timeout=60), *words)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--requests", "nope.jsonl"], ["nope.jsonl"]),
+    (["--configs", "k=x"], ["k=x"]),
+    (["--seeds", "0"], ["--seeds"]),
+])
+def test_model_replay_refuses_bad_input_in_one_line_before_loading_a_model(args, words, tmp_path):
+    one_line_failure(run(["replay.py", "model", *args], tmp_path, timeout=60), *words)
+
+
+def test_model_replay_serves_the_drafts_recorded_along_the_text(replay):
+    """The stand-in draft engine: after a prefix of the text its row's argmax is the
+    recorded prediction there, after a drafted token the text lacks it is token 0; each
+    pass costs the draft's curve (the bulk feed past its end)."""
+    from replaylib.common import Clock
+
+    model = replay.MODES["model"]
+    truth, preds = [5, 6, 7, 8, 9], [6, 7, 3, 9, 1]
+    clock = Clock(host=False)
+    d = model.ReplayDraft(truth, preds, [0.0, 0.01, 0.015], 0.002, clock)
+    rows = d.sync_many([(0, [5, 6])])
+    assert int(rows[0].argmax()) == 7 and clock.offset == pytest.approx(0.015)
+    (row,), = d.decode_batch([(0, [7], 1)])
+    assert int(row.argmax()) == 3  # its own (wrong) prediction after the text's prefix 5 6 7
+    (row,), = d.decode_batch([(0, [3], 1)])
+    assert int(row.argmax()) == 0  # past a token the text does not have
+    d.sync_many([(0, [5, 6, 7, 8])])  # back to the text: the wrong token is dropped, 8 fed
+    assert d.kv_tokens() == [5, 6, 7, 8] and int(d._row().argmax()) == 9
+    d.truncate(0, 0)
+    clock.offset = 0.0
+    d.sync_many([(0, truth)])
+    assert clock.offset == pytest.approx(0.015 + 3 * 0.002)  # 5 rows: the curve's 2, then 3 fed in bulk
+
+
+def test_model_replay_runs_the_real_loop_with_the_recorded_drafts(replay):
+    """Where the recorded predictions follow the text the model's rounds are accepted
+    whole, elsewhere they fail at once; every config leaves plain's text (checked inside)
+    and a fixed k drafts every round."""
+    model = replay.MODES["model"]
+    prompt = [1, 2, 3, 4]
+    reply = [(7 * i) % 23 + 10 for i in range(40)]
+    truth = prompt + reply
+    preds = [truth[p + 1] if p + 1 < len(truth) and (p // 8) % 2 == 0 else 0 for p in range(len(truth))]
+    costs = {"target": GPU_CURVE, "draft": [0.0] + [0.001 + 0.0002 * r for r in range(1, 33)], "feed": 0.0002}
+    fixed = model.replay_one("r", prompt, reply, preds, "k=3", 0, costs)
+    assert fixed["ratio"] > 0 and fixed["k_hist"].get(3, 0) >= 5
+    default = model.replay_one("r", prompt, reply, preds, "default", 0, costs)
+    assert default["model_rounds"] > 0
+    with pytest.raises(SystemExit, match="k=x"):
+        model.configure("k=x")
 
 
 def test_policy_replay_of_recorded_drafts(policy_mode):
