@@ -352,8 +352,11 @@ def test_lookup_replay_configs_name_the_cost_policys_variants(replay):
     (["--requests", "nope.jsonl"], ["nope.jsonl"]),
     (["--configs", "free_z=high"], ["free_z"]),
     (["-n", "1"], ["-n"]),
+    (["--curve", "none.json"], ["none.json"]),
+    (["--curve", "short.json"], ["short.json", "verify curve"]),
 ])
 def test_lookup_replay_refuses_bad_input_in_one_line_before_loading_a_model(args, words, tmp_path):
+    (tmp_path / "short.json").write_text("[0, 0.01, 0.02]")
     one_line_failure(run(["replay.py", "lookup", *args], tmp_path, timeout=60), *words)
 
 
@@ -361,9 +364,21 @@ def test_lookup_replay_refuses_bad_input_in_one_line_before_loading_a_model(args
     (["--requests", "nope.jsonl"], ["nope.jsonl"]),
     (["--configs", "k=x"], ["k=x"]),
     (["--seeds", "0"], ["--seeds"]),
+    (["--curve", "none.json"], ["none.json"]),
 ])
 def test_model_replay_refuses_bad_input_in_one_line_before_loading_a_model(args, words, tmp_path):
     one_line_failure(run(["replay.py", "model", *args], tmp_path, timeout=60), *words)
+
+
+def test_a_replay_prices_on_a_saved_verify_curve(replay, tmp_path):
+    from replaylib.common import load_curve
+
+    f = tmp_path / "curve.json"
+    f.write_text(json.dumps(CURVE))
+    assert load_curve(f, 17) == CURVE
+    f.write_text(json.dumps([0.0, 0.01, -0.02] + CURVE[3:]))
+    with pytest.raises(SystemExit, match="not a verify curve"):
+        load_curve(f, 17)
 
 
 def test_model_replay_serves_the_drafts_recorded_along_the_text(replay):

@@ -8,6 +8,7 @@ priced on a verify curve, and specgen's loops read a virtual clock
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,6 +152,21 @@ def bundled_subset(per_category: int, categories: set[str] | None = None):
 def target_path(f32: bool) -> Path:
     """The embedded Gemma 3 270M, or (f32) its all-F32 copy (made once, in specgen's cache)."""
     return f32_target() if f32 else resolve_model("gemma3-270m")
+
+
+def load_curve(path: Path, rows: int) -> list[float]:
+    """A verify curve saved as JSON (seconds of a pass of n logit rows at index n, index 0
+    unused), at least `rows` rows long: a replay priced on it, not on the cached profile
+    (which every session's passes move); SystemExit in one line if it is not one."""
+    try:
+        curve = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"replay: cannot read the curve {path}: {err}") from None
+    if (not isinstance(curve, list) or len(curve) <= rows
+            or not all(isinstance(x, (int, float)) and x > 0 for x in curve[1:])):
+        raise SystemExit(f"replay: {path} is not a verify curve of {rows} rows (a JSON list, index 0 unused, "
+                         "each pass's seconds > 0)")
+    return [0.0] + [float(x) for x in curve[1:]]
 
 
 def recordings() -> Path:

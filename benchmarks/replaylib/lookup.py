@@ -38,7 +38,7 @@ import os
 import statistics
 from pathlib import Path
 
-from replaylib.common import recordings
+from replaylib.common import load_curve, recordings
 from replaylib.suffix import replay
 
 from specgen.apps import rewrite as rw
@@ -134,6 +134,9 @@ def options(ap) -> None:
     ap.add_argument("--threads", type=int, default=2, help="the cost profile's threads (and the recording's)")
     ap.add_argument("--configs", nargs="+", default=["current", "fade=all"])
     ap.add_argument("--no-rewrite", dest="rewrite", action="store_false", help="leave the rewrite out")
+    ap.add_argument("--save-curve", type=Path, default=None, help="write the verify curve the replay priced on (JSON)")
+    ap.add_argument("--curve", type=Path, default=None,
+                    help="price on this verify curve (JSON, seconds of a pass of n rows at index n), not the cached profile")
 
 
 def run(args) -> None:
@@ -143,13 +146,16 @@ def run(args) -> None:
         raise SystemExit(f"replay: -n must be at least 2 (got {args.n})")
     for c in args.configs:
         variant(c, [])  # a bad config fails before any model loads
+    pinned = load_curve(args.curve, K_MAX + 1) if args.curve else None
     try:
         requests = [(Path(s).stem if s else "bundled", r) for s in args.requests or SETS for r in load_requests(s)]
     except SpecgenError as err:
         raise SystemExit(f"replay: {err}") from None
     target, _ = models(args.f16)
     with Engine(Path(target), n_ctx=4096, n_threads=args.threads) as e:
-        curve = cost_profile(e)["verify_s"]
+        curve = pinned or cost_profile(e)["verify_s"]
+        if args.save_curve:
+            args.save_curve.write_text(json.dumps(curve))
         makers = {c: variant(c, curve) for c in args.configs}
         reqs = record(e, requests, args.n, recordings() / f"lookup-{Path(target).stem}-{args.threads}t-{args.n}.json")
         rewrites = record_rewrite(e, curve, recordings() / f"rewrite-{Path(target).stem}-{args.threads}t.json") \
@@ -171,5 +177,6 @@ def run(args) -> None:
             hist = " ".join(f"{k}:{n}" for k, n in r["k_hist"].items())
             print(f"{rewrite[0]} ({len(rewrite[2])} tokens), {c}: {r['tokens_per_s'] / plain_rate:.3f}x, "
                   f"{r['accepted']} from drafts, k chosen {hist}")
-    print(f"decode speed over plain's, both priced on {Path(target).name}'s cached verify curve "
+    print(f"decode speed over plain's, both priced on {Path(target).name}'s "
+          f"{'verify curve from ' + str(args.curve) if args.curve else 'cached verify curve'} "
           f"({args.threads} threads; 4 rows {curve[4] / curve[1]:.2f}x one, 16 rows {curve[16] / curve[1]:.2f}x)")

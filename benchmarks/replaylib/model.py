@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from replaylib.common import Clock, ReplayTarget, recordings, virtual_time
+from replaylib.common import Clock, ReplayTarget, load_curve, recordings, virtual_time
 from replaylib.lookup import SETS, record, record_rewrite
 
 import specgen.drafters.model as draftmodel
@@ -199,6 +199,9 @@ def options(ap) -> None:
     ap.add_argument("--seeds", type=int, default=3, help="seeds of the cost policy's draws (the mean reported)")
     ap.add_argument("--configs", nargs="+", default=["lookup", "default", "model", "k=3"])
     ap.add_argument("--no-rewrite", dest="rewrite", action="store_false", help="leave the rewrite out")
+    ap.add_argument("--save-curve", type=Path, default=None, help="write the verify curve the replay priced on (JSON)")
+    ap.add_argument("--curve", type=Path, default=None,
+                    help="price the target on this verify curve (JSON, as `replay.py lookup --curve`), not its cached profile")
 
 
 def run(args) -> None:
@@ -208,6 +211,7 @@ def run(args) -> None:
         raise SystemExit("replay: -n must be at least 2 and --seeds at least 1")
     for c in args.configs:
         configure(c)  # a bad config fails before any model loads
+    pinned = load_curve(args.curve, 17) if args.curve else None
     try:
         requests = [(Path(s).stem if s else "bundled", r) for s in args.requests or SETS for r in load_requests(s)]
     except SpecgenError as err:
@@ -215,7 +219,9 @@ def run(args) -> None:
     target_path, draft_path = models(args.f16)
     store = recordings()
     with Engine(Path(target_path), n_ctx=4096, n_threads=args.threads) as e:
-        curve = cost_profile(e)["verify_s"]
+        curve = pinned or cost_profile(e)["verify_s"]
+        if args.save_curve:
+            args.save_curve.write_text(json.dumps(curve))
         texts = record(e, requests, args.n, store / f"lookup-{Path(target_path).stem}-{args.threads}t-{args.n}.json")
         if args.rewrite:
             texts += record_rewrite(e, curve, store / f"rewrite-{Path(target_path).stem}-{args.threads}t.json")[:1]
@@ -236,6 +242,7 @@ def run(args) -> None:
     chat = slice(0, len(texts) - args.rewrite)
     for label, fn in (("geomean", lambda xs: math.exp(statistics.fmean(map(math.log, xs)))), ("lowest", min)):
         print(f"{label + ' (chat)':<28}" + "".join(f"{fn(ratios[c][chat]):>11.3f}x" for c in args.configs))
-    print(f"decode speed over plain's, priced on {Path(target_path).name}'s cached verify curve ({args.threads} threads; "
+    print(f"decode speed over plain's, priced on {Path(target_path).name}'s "
+          f"{'verify curve from ' + str(args.curve) if args.curve else 'cached verify curve'} ({args.threads} threads; "
           f"4 rows {curve[4] / curve[1]:.2f}x one) and {Path(draft_path).name}'s (a step {dprof['verify_s'][1] / curve[1]:.2f}x "
           f"a target row); the cost policy's mean over {args.seeds} seeds")
