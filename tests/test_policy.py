@@ -174,6 +174,30 @@ def test_catch_up_is_part_of_a_probes_cost():
     assert p.choose(0, 8, Situation(lag=3000, remaining=20_000)) > 0
 
 
+def test_a_catch_up_pays_back_only_over_the_rounds_a_catch_up_bought_before():
+    """Beside prompt lookup (a rewrite) the model drafts a round or two after each
+    catch-up of its cache, then lookup's long rounds leave it behind again: a catch-up
+    is not paid back over the rounds its estimate rests on, only over the rounds the
+    model drafted after its earlier catch-ups (replayed on the real pair: the rewrite's
+    model rounds fed 700 tokens in all). Where it drafts on after a catch-up, as alone,
+    the rule is as before."""
+    def taught(runs):
+        p = hybrid()
+        teach(p, 0, 8, 7, 10)  # the model: α about 0.9
+        for run in runs:
+            p.update(0, 5, 5, None, Draft([1] * 5, steps=4, step_s=0.06, fed=40, fed_s=0.05))
+            for _ in range(run - 1):
+                p.update(0, 5, 5, None, Draft([1] * 5, steps=5, step_s=0.075))
+        return p
+    behind = Situation(lag=60, remaining=500)
+    assert taught([1, 1, 1]).choose(0, 8, behind, z=0.0) == 0  # one round a catch-up, each time
+    assert taught([12, 12, 12]).choose(0, 8, behind, z=0.0) > 0
+    off = taught([1, 1, 1])
+    off.cap_by_run = False
+    assert off.choose(0, 8, behind, z=0.0) > 0  # the rule before
+    assert taught([1, 1, 1]).choose(0, 8, Situation(lag=1, remaining=500), z=0.0) > 0  # in step: no catch-up
+
+
 def test_draft_steps_and_bulk_feeds_are_learned_apart():
     p = CostAware(8, Costs(F32, 0.016, feed_s=0.002))
     p.update(0, 3, 2, F32[4], Draft([1, 2, 3], steps=2, step_s=0.024, fed=2000, fed_s=2.4))

@@ -38,6 +38,9 @@ FREE_POOL_STRENGTH = 2.0
 # the lower of the key's estimate at the position before and all free keys' evidence
 # there (`Acceptance.pool`).
 POOL_UNTIL = 2.0
+# The weight of the newest run in `CostAware.model_run`, the running mean of the rounds
+# a draft model drafted after each catch-up of its cache.
+RUN_RATE = 0.3
 
 
 def heads_prior(heads) -> tuple[float, float]:
@@ -207,8 +210,11 @@ class CostAware(Policy):
     Any other round amortises a catch-up over no more rounds than its estimate
     rests on (the first position's decayed count plus the prior's weight):
     evidence faded back to the prior over a long plain stretch does not buy a
-    long catch-up. The first catch-up, before any evidence, is amortised over
-    the tokens left, as the prior's promise.
+    long catch-up. Nor over more rounds than the model drafted, on average,
+    after its earlier catch-ups (`model_run`): beside prompt lookup, whose long
+    rounds leave it behind again (a rewrite), a catch-up buys a round or two.
+    The first catch-up, before any evidence, is amortised over the tokens left,
+    as the prior's promise.
 
     A drafter that reports `Draft.extra_s` (a translated draft) costs more a
     round than k steps and a verify pass: its text is turned into tokens both
@@ -241,6 +247,9 @@ class CostAware(Policy):
     # than all free keys' evidence there (`_free_pool`; off: from the key's own
     # estimate at the position before alone)
     pool_positions = True
+    # cap_by_run: a catch-up of the draft's cache pays back within no more rounds than
+    # a catch-up bought before (`model_run`; off: the rounds its estimate rests on)
+    cap_by_run = True
 
     def __init__(self, k_max: int, costs: Costs, priors: Priors = Priors(), *, seed: int = 0,
                  shared: dict | None = None) -> None:
@@ -255,6 +264,9 @@ class CostAware(Policy):
         self._seen, self._draft_seen = costs.seen, costs.draft_seen
         self._refresh()
         self.round_scale = 1.0  # real ÷ estimated cost of a drafting round (drafters that report Draft.extra_s)
+        # the draft model's rounds since its last catch-up, and their running mean over
+        # the runs closed so far (None: none yet): see `_catch_up_pays_back`
+        self._run, self.model_run = 0, None
         self._rounds_seen = 0
         self.prior = priors.prior
         self.model_prior = priors.model  # (mean, strength) for a draft model's rounds; None: as the others
@@ -389,6 +401,8 @@ class CostAware(Policy):
         left = situation.remaining
         if chance is not None or acc.reached:
             rounds = acc.reached[0] + acc.strength if acc.reached else 1.0
+            if self.model_run is not None and self.cap_by_run:
+                rounds = min(rounds, self.model_run)
             if chance is not None:
                 rounds = chance * rounds + 1.0 - chance
             left = min(left, rounds * expected_tokens(alphas[:k]))
@@ -474,6 +488,18 @@ class CostAware(Policy):
         self._rounds_seen += 1
         self.round_scale = seen if self._rounds_seen == 1 else self.round_scale + 0.2 * (seen - self.round_scale)
 
+    def _count_run(self, caught_up: bool) -> None:
+        """A draft model's round: one that caught its cache up first opens a run of
+        rounds, and closes the one before into `model_run`, the running mean of how
+        many rounds a catch-up bought before the model fell behind again."""
+        if caught_up:
+            if self._run:
+                self.model_run = self._run if self.model_run is None else \
+                    self.model_run + RUN_RATE * (self._run - self.model_run)
+            self._run = 1
+        elif self._run:
+            self._run += 1
+
     def _catch_up_pays(self, lag: int, remaining: int, rate_k: float, rate_0: float) -> bool:
         """Catching up `lag` tokens, then drafting the rest, beats not drafting."""
         left = max(remaining, 1)
@@ -513,6 +539,8 @@ class CostAware(Policy):
         super().update(key, k, accepted)
         if k > 0:
             self.acceptance(key).add(k, accepted, self.decay)
+        if key == MODEL_KEY and k > 0:
+            self._count_run(draft is not None and draft.fed > 0)
         # a pass's own time, as profiled: the picks the acceptance rule (and a sampling
         # draft) made are priced apart (`step_rate`), so they are taken out
         if verify_s:
