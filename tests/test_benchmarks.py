@@ -371,11 +371,13 @@ def test_model_replay_refuses_bad_input_in_one_line_before_loading_a_model(args,
 
 
 def test_a_replay_prices_on_a_saved_verify_curve(replay, tmp_path):
-    from replaylib.common import load_curve
+    from replaylib.common import load_curve, save_curve
 
     f = tmp_path / "curve.json"
-    f.write_text(json.dumps(CURVE))
-    assert load_curve(f, 17) == CURVE
+    save_curve(f, CURVE)
+    assert load_curve(f, 17) == CURVE and [p.name for p in tmp_path.iterdir()] == ["curve.json"]
+    with pytest.raises(SystemExit, match="cannot write"):
+        save_curve(tmp_path / "no" / "such" / "curve.json", CURVE)
     f.write_text(json.dumps([0.0, 0.01, -0.02] + CURVE[3:]))
     with pytest.raises(SystemExit, match="not a verify curve"):
         load_curve(f, 17)

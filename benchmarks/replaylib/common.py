@@ -9,6 +9,7 @@ priced on a verify curve, and specgen's loops read a virtual clock
 from __future__ import annotations
 
 import json
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -167,6 +168,19 @@ def load_curve(path: Path, rows: int) -> list[float]:
         raise SystemExit(f"replay: {path} is not a verify curve of {rows} rows (a JSON list, index 0 unused, "
                          "each pass's seconds > 0)")
     return [0.0] + [float(x) for x in curve[1:]]
+
+
+def save_curve(path: Path, curve) -> None:
+    """Write the verify curve a replay priced on (JSON), whole or not at all; SystemExit in
+    one line if it cannot be written."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(list(curve)))
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise SystemExit(f"replay: cannot write the curve {path}: {err}") from None
 
 
 def recordings() -> Path:

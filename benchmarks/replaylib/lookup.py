@@ -38,7 +38,7 @@ import os
 import statistics
 from pathlib import Path
 
-from replaylib.common import load_curve, recordings
+from replaylib.common import load_curve, recordings, save_curve
 from replaylib.suffix import replay
 
 from specgen.apps import rewrite as rw
@@ -155,7 +155,7 @@ def run(args) -> None:
     with Engine(Path(target), n_ctx=4096, n_threads=args.threads) as e:
         curve = pinned or cost_profile(e)["verify_s"]
         if args.save_curve:
-            args.save_curve.write_text(json.dumps(curve))
+            save_curve(args.save_curve, curve)
         makers = {c: variant(c, curve) for c in args.configs}
         reqs = record(e, requests, args.n, recordings() / f"lookup-{Path(target).stem}-{args.threads}t-{args.n}.json")
         rewrites = record_rewrite(e, curve, recordings() / f"rewrite-{Path(target).stem}-{args.threads}t.json") \

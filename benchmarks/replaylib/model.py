@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from replaylib.common import Clock, ReplayTarget, load_curve, recordings, virtual_time
+from replaylib.common import Clock, ReplayTarget, load_curve, recordings, save_curve, virtual_time
 from replaylib.lookup import SETS, record, record_rewrite
 
 import specgen.drafters.model as draftmodel
@@ -221,7 +221,7 @@ def run(args) -> None:
     with Engine(Path(target_path), n_ctx=4096, n_threads=args.threads) as e:
         curve = pinned or cost_profile(e)["verify_s"]
         if args.save_curve:
-            args.save_curve.write_text(json.dumps(curve))
+            save_curve(args.save_curve, curve)
         texts = record(e, requests, args.n, store / f"lookup-{Path(target_path).stem}-{args.threads}t-{args.n}.json")
         if args.rewrite:
             texts += record_rewrite(e, curve, store / f"rewrite-{Path(target_path).stem}-{args.threads}t.json")[:1]

@@ -285,7 +285,8 @@ class CostAware(Policy):
         self.feed_s = d["feed"]  # seconds per token of a bulk catch-up of the draft's cache
         self.draft_verify_s = [d[n] for n in range(len(d.profile) - 2)]  # the draft's pass of n tokens
 
-    def acceptance(self, key: int) -> Acceptance:
+    def _counts(self, key: int) -> Acceptance:
+        """The key's evidence, to add to (its estimates' priors are refreshed by `acceptance`)."""
         acc = self.stats.get(key)
         if acc is None:
             if key == MODEL_KEY and self.model_prior is not None:
@@ -293,6 +294,11 @@ class CostAware(Policy):
             else:
                 acc = Acceptance(prior=self.prior)
             self.stats[key] = acc
+        return acc
+
+    def acceptance(self, key: int) -> Acceptance:
+        """The key's evidence with its priors as they stand now, to read estimates from."""
+        acc = self._counts(key)
         if key == MODEL_KEY and self.model_prior is None and self.top_prior and self.top is not None \
                 and not self.draft_picks:
             acc.prior = self.prior * self.top  # follows the text: see `target_top`
@@ -311,17 +317,24 @@ class CostAware(Policy):
         well; where long drafts broke off early (copied lines that the reply edits a
         few tokens in), a 16-row draft on that promise lost a reply's gains where
         rows are dear (replayed: docs/notes/2026-12-08-pooled-positions.md)."""
-        keys = [acc for key, acc in self.stats.items() if key != MODEL_KEY]
-        out: list[float | None] = []
-        prior = first
-        for i in range(max((len(acc.reached) for acc in keys), default=0)):
-            reached = sum(acc.reached[i] for acc in keys if i < len(acc.reached))
-            accepted = sum(acc.accepted[i] for acc in keys if i < len(acc.accepted))
-            if i == 0 or reached <= 0:
-                out.append(None)
+        reached: list[float] = []
+        accepted: list[float] = []
+        for key, acc in self.stats.items():
+            if key == MODEL_KEY:
                 continue
-            prior = (accepted + FREE_POOL_STRENGTH * prior) / (reached + FREE_POOL_STRENGTH)
-            out.append(prior)
+            for i, (r, a) in enumerate(zip(acc.reached, acc.accepted)):
+                if i < len(reached):
+                    reached[i] += r
+                    accepted[i] += a
+                else:
+                    reached.append(r)
+                    accepted.append(a)
+        out: list[float | None] = [None]  # the first position: `first` itself
+        prior = first
+        for r, a in zip(reached[1:], accepted[1:]):
+            if r > 0:
+                prior = (a + FREE_POOL_STRENGTH * prior) / (r + FREE_POOL_STRENGTH)
+            out.append(prior if r > 0 else None)
         return out
 
     def _free_prior(self) -> float:
@@ -533,12 +546,12 @@ class CostAware(Policy):
         that says nothing of the later ones (fading them let a long stretch of plain
         steps erase what long drafts had shown, and a rewrite stopped drafting long)."""
         if reached > 0:
-            self.acceptance(key).add(reached, accepted, self.decay, fade_unseen=self.observe_fades_all)
+            self._counts(key).add(reached, accepted, self.decay, fade_unseen=self.observe_fades_all)
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)
         if k > 0:
-            self.acceptance(key).add(k, accepted, self.decay)
+            self._counts(key).add(k, accepted, self.decay)
         if key == MODEL_KEY and k > 0:
             self._count_run(draft is not None and draft.fed > 0)
         # a pass's own time, as profiled: the picks the acceptance rule (and a sampling
