@@ -343,7 +343,8 @@ def test_lookup_replay_configs_name_the_cost_policys_variants(replay):
     both = lookup.variant("free_z=0,fade=all", CURVE)()
     assert both.observe_fades_all is True and both.free_z == 0.0
     assert p.pool_positions is True and lookup.variant("pool=off", CURVE)().pool_positions is False
-    for bad in ("free_z=high", "depth=3", "fade=some", "pool=maybe"):
+    assert p.loss_budget is True and lookup.variant("budget=off", CURVE)().loss_budget is False
+    for bad in ("free_z=high", "depth=3", "fade=some", "pool=maybe", "budget=maybe"):
         with pytest.raises(SystemExit, match=bad.split("=")[0]):
             lookup.variant(bad, CURVE)
 
@@ -423,6 +424,10 @@ def test_model_replay_runs_the_real_loop_with_the_recorded_drafts(replay):
     assert default["model_rounds"] > 0
     with pytest.raises(SystemExit, match="k=x"):
         model.configure("k=x")
+    assert model.configure("default")[2] is True and model.configure("default,budget=off")[2] is False
+    for bad in ("default,pool=off", "k=3,budget=off"):
+        with pytest.raises(SystemExit, match=bad):
+            model.configure(bad)
 
 
 def test_policy_replay_of_recorded_drafts(policy_mode):

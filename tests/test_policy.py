@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specgen.drafters.base import Draft
-from specgen.policy.cost import DRAFT_MODEL_PRIOR, MODEL_KEY, CostAware, Costs, Priors
+from specgen.policy.cost import DRAFT_MODEL_PRIOR, LOSS_SHARE, MODEL_KEY, CostAware, Costs, Priors
 from specgen.policy.base import (
     FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate, unused_offer_outcome, verify_cost, with_counts,
 )
@@ -864,3 +864,61 @@ def test_a_lagging_model_that_pays_keeps_drafting_and_one_that_does_not_costs_li
     poor = np.mean([lagging_run(pair_policy(s), 0.4, 256, s) for s in range(10)]) / plain
     assert good > 1.25, good
     assert poor > 0.95, poor
+
+
+def _against(policy, curve, breaks_at, keys=(4,), n=96):
+    """A generation of n tokens whose offers (of `keys` in turn) hold for their first
+    `breaks_at` tokens and fail at the next; a plain step judges an offer at its first
+    position only, where it looks sound. The seconds it took beyond n plain steps."""
+    spent, emitted, i = 0.0, 0, 0
+    while emitted < n:
+        key = keys[i % len(keys)]
+        i += 1
+        k = policy.choose(key, 15, Situation(remaining=n - emitted))
+        if k:
+            accepted = min(k, breaks_at)
+            policy.update(key, k, accepted, verify_cost(curve, k + 1))
+            spent += verify_cost(curve, k + 1)
+            emitted += accepted + 1
+        else:
+            policy.update(key, 0, 0, curve[1])
+            policy.observe(key, 1, 1 if breaks_at else 0)
+            spent += curve[1]
+            emitted += 1
+    return spent - emitted * curve[1]
+
+
+@pytest.mark.parametrize("keys", [(4,), (1, 2, 3, 4), tuple(range(1, 9))])
+def test_a_generation_never_loses_more_than_its_budget_however_the_drafts_turn_out(keys):
+    """Where rows are dear, one long draft on thin evidence costs several plain steps:
+    replayed on the real pair, a 96-token reply's first 16-row bet left it slower than plain.
+    A round stakes no more than what drafting has won so far plus LOSS_SHARE of the
+    limit's plain time, so however the drafts turn out the generation loses at most that."""
+    budget = LOSS_SHARE * 96 * QWEN_Q4[1]
+    for breaks_at in (0, 1, 2, 3, 5):
+        for seed in range(4):
+            assert _against(CostAware(16, Costs(QWEN_Q4, 0.0), seed=seed), QWEN_Q4, breaks_at, keys) <= budget + 1e-9
+    off = CostAware(16, Costs(QWEN_Q4, 0.0))
+    off.loss_budget = False
+    assert _against(off, QWEN_Q4, 1, keys) > budget  # the rule before: offers that break at their second token
+
+def test_winnings_buy_longer_drafts_and_a_shared_step_is_not_held_to_the_budget():
+    """A fresh generation's first 16-row draft on a dear curve stakes more than its
+    allowance; drafts that paid make room for it. In a shared step, rows are priced with
+    the other sequences' (the budget is one sequence's alone)."""
+    def sure():
+        p = CostAware(16, Costs(QWEN_Q4, 0.0))
+        for _ in range(12):
+            p.observe(4, 16, 15)  # the offers held at every position plain steps judged
+        return p
+    fresh = Situation(remaining=96)
+    assert sure().stake_s(15) > sure().budget_s(fresh)
+    assert 0 < sure().choose(4, 15, fresh) < 15
+    off = sure()
+    off.loss_budget = False
+    assert off.choose(4, 15, fresh) == 15  # the rule before
+    won = sure()
+    for _ in range(2):
+        won.update(4, 15, 15, QWEN_Q4[16])
+    assert won.choose(4, 15, Situation(remaining=64)) == 15
+    assert sure().choose(4, 15, Situation(remaining=96, others_rows=8, others_tokens=8.0)) > 3

@@ -11,7 +11,9 @@ deviations from its estimates; 0: at its means, the rule before free_z),
 `fade=all` (a passed-over offer's judgment fades the evidence of every position,
 the rule before `CostAware.observe` faded only those it reaches), `pool=off` (a
 key's thinly seen positions start from its own estimate at the position before
-alone, the rule before `CostAware.pool_positions`); joined by commas
+alone, the rule before `CostAware.pool_positions`), `budget=off` (a round may
+stake any cost the estimates favour, the rule before `CostAware.loss_budget`);
+joined by commas
 (`free_z=0,fade=all`).
 Per request: decode speed over plain priced alike, and per config the
 geometric mean, the lowest, the rounds drafted. Then, apart from the chat
@@ -22,7 +24,7 @@ numerics part from plain's at near-ties): the use where lookup copies most
 (--no-rewrite: leave it out).
 
     python benchmarks/replay.py lookup [--f16] [--requests A.jsonl B.jsonl] [-n 96] \\
-        [--configs current fade=all free_z=0 pool=off]
+        [--configs current fade=all free_z=0 pool=off budget=off]
 
 What it leaves out: the host's work per round, and near-ties where a batched
 verify row picks another token than plain's (the real run then follows a
@@ -64,10 +66,11 @@ def variant(config: str, curve):
     free_z = opts.pop("free_z", None)
     fade = opts.pop("fade", "seen")
     pool = opts.pop("pool", "on")
+    budget = opts.pop("budget", "on")
     if opts:
-        raise SystemExit(f"config {config}: unknown option {', '.join(opts)} (free_z=, fade=, pool=)")
-    if pool not in ("on", "off"):
-        raise SystemExit(f"config {config}: pool is on or off")
+        raise SystemExit(f"config {config}: unknown option {', '.join(opts)} (free_z=, fade=, pool=, budget=)")
+    if pool not in ("on", "off") or budget not in ("on", "off"):
+        raise SystemExit(f"config {config}: pool and budget are on or off")
     if fade not in ("seen", "all"):
         raise SystemExit(f"config {config}: fade is seen or all")
     try:
@@ -80,6 +83,7 @@ def variant(config: str, curve):
         p.free_z = z
         p.observe_fades_all = fade == "all"
         p.pool_positions = pool == "on"
+        p.loss_budget = budget == "on"
         return p
     return make
 

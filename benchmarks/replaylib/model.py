@@ -14,11 +14,12 @@ text, recorded once) and on `real_pair.py`'s rewrite (plain's text).
 A config is a plan, as the CLI resolves it (`specgen.plan.resolve`):
 `default` (`-d`: the model, lookup alongside, the cost policy), `model`
 (`-d --no-lookup`), `k=N` (`-d -k N`: the model alone, a fixed k), `lookup`
-(the default without `-d`). The cost policy's draws are seeded (`--seeds`: the
-mean over that many).
+(the default without `-d`); `,budget=off` after any but `k=N` turns the cost
+policy's loss budget off (`CostAware.loss_budget`, the rule before it). The cost
+policy's draws are seeded (`--seeds`: the mean over that many).
 
     python benchmarks/replay.py model [--f16] [--requests A.jsonl] [-n 96] [--seeds 3] \\
-        [--configs lookup default model k=3]
+        [--configs lookup default model k=3 default,budget=off]
 
 What it leaves out: the host's work per round; near-ties where a batched
 verify row picks another token than plain's; and the draft's own batch numerics
@@ -152,22 +153,27 @@ def record_preds(draft: Engine, texts, store: Path) -> dict[str, list[int]]:
 
 
 def configure(config: str):
-    """(plan, policy maker(seed)) for `config`; SystemExit on a bad one."""
-    if config == "lookup":
-        return resolve("lookup"), None
-    if config in ("default", "model"):
-        return resolve("draft", lookup=config == "default"), None
-    if config.startswith("k="):
+    """(plan, policy maker(seed) or None for the cost policy, its loss budget on) for
+    `config`; SystemExit on a bad one."""
+    name, _, extra = config.partition(",")
+    if extra not in ("", "budget=off"):
+        raise SystemExit(f"config {config}: the one option is budget=off")
+    budget = extra != "budget=off"
+    if name == "lookup":
+        return resolve("lookup"), None, budget
+    if name in ("default", "model"):
+        return resolve("draft", lookup=name == "default"), None, budget
+    if name.startswith("k=") and not extra:
         try:
-            return resolve("draft", k=int(config[2:])), FixedK
+            return resolve("draft", k=int(name[2:])), FixedK, budget
         except ValueError:
             pass
-    raise SystemExit(f"config {config}: choose lookup, default, model or k=N")
+    raise SystemExit(f"config {config}: choose lookup, default, model or k=N (the first three may add ,budget=off)")
 
 
 def replay_one(rid, prompt, reply, preds, config: str, seed: int, costs: dict) -> dict:
     """One request through the real loop under `config`, priced on `costs`; its stats."""
-    plan, fixed = configure(config)
+    plan, fixed, budget = configure(config)
     clock = Clock(host=False)
     with virtual_time(clock), draft_time(clock):
         target = ReplayTarget(list(prompt) + list(reply), costs["target"], clock)
@@ -180,6 +186,8 @@ def replay_one(rid, prompt, reply, preds, config: str, seed: int, costs: dict) -
         else:
             policy = CostAware(plan.k, Costs(costs["target"], costs["draft"][1], costs["feed"],
                                              draft_verify_s=costs["draft"]), Priors(model=DRAFT_MODEL_PRIOR), seed=seed)
+        if not fixed:
+            policy.loss_budget = budget
         gen = Generation(target, prompt, drafter, draft_max=plan.k, max_tokens=len(reply),
                          params=SamplingParams(ignore_eos=True), policy=policy)
         for _ in gen:
@@ -229,7 +237,7 @@ def run(args) -> None:
         dprof = cost_profile(d)
         preds = record_preds(d, texts, store / f"model-{Path(draft_path).stem}-on-{Path(target_path).stem}.json")
     costs = {"target": curve, "draft": dprof["verify_s"], "feed": dprof["feed_s"]}
-    seeds = {c: range(1 if c == "lookup" or c.startswith("k=") else args.seeds) for c in args.configs}
+    seeds = {c: range(1 if c.split(",")[0] == "lookup" or c.startswith("k=") else args.seeds) for c in args.configs}
     print(f"{'request':<28}" + "".join(f"{c:>12}" for c in args.configs))
     ratios: dict[str, list[float]] = {c: [] for c in args.configs}
     for rid, prompt, reply in texts:

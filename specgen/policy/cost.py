@@ -41,6 +41,10 @@ POOL_UNTIL = 2.0
 # The weight of the newest run in `CostAware.model_run`, the running mean of the rounds
 # a draft model drafted after each catch-up of its cache.
 RUN_RATE = 0.3
+# The loss budget (`CostAware.budget_s`): a drafting round may stake, beyond a plain
+# step's cost, no more than what drafting has won in this generation so far plus
+# LOSS_SHARE of the plain steps its token limit takes.
+LOSS_SHARE = 0.03
 
 
 def heads_prior(heads) -> tuple[float, float]:
@@ -224,6 +228,16 @@ class CostAware(Policy):
     verify, observed) over what the estimates say, and scales their cost, so
     its choices see the real per-round cost. Other drafters: 1.
 
+    A loss budget bounds what all this can cost a generation (`loss_budget`): a
+    round may stake, beyond a plain step, no more than drafting has won so far in
+    this generation plus LOSS_SHARE of the plain time of its token limit
+    (`budget_s`, `stake_s`). Its net loss against plain steps then stays within
+    that share however the drafts turn out. Where rows are dear, a reply's first
+    long draft stakes several plain steps on thin evidence, and one that broke early
+    left a short reply slower than plain; the budget makes it win smaller drafts
+    first (replayed: docs/notes/2026-12-08-loss-budget.md). A draft model's first
+    reading of the context is an investment in the whole generation, judged apart.
+
     Built from `Costs` (what rounds cost) and `Priors` (what acceptance is
     believed before evidence, and how evidence fades).
     """
@@ -250,6 +264,9 @@ class CostAware(Policy):
     # cap_by_run: a catch-up of the draft's cache pays back within no more rounds than
     # a catch-up bought before (`model_run`; off: the rounds its estimate rests on)
     cap_by_run = True
+    # loss_budget: a round stakes no more than the generation's winnings so far and its
+    # allowance (`budget_s`; off: any k the estimates favour)
+    loss_budget = True
 
     def __init__(self, k_max: int, costs: Costs, priors: Priors = Priors(), *, seed: int = 0,
                  shared: dict | None = None) -> None:
@@ -268,6 +285,10 @@ class CostAware(Policy):
         # the runs closed so far (None: none yet): see `_catch_up_pays_back`
         self._run, self.model_run = 0, None
         self._rounds_seen = 0
+        # seconds drafting has won (lost: < 0) against plain steps in this generation, and
+        # the tokens emitted (`stake_cap`)
+        self.banked, self.emitted = 0.0, 0
+        self._draft_read = False  # the draft model has read the context once (`_bank`)
         self.prior = priors.prior
         self.model_prior = priors.model  # (mean, strength) for a draft model's rounds; None: as the others
         self.decay = priors.decay
@@ -388,10 +409,11 @@ class CostAware(Policy):
         if z is None:
             z = self.free_z if free else max(float(self.rng.standard_normal()), 0.0)
         alphas = with_counts(acc.rates(limit, z=z), situation.counts)
-        rates = self.rates(alphas, situation)
+        rates = self._within_budget(self.rates(alphas, situation), situation, not free)
         k = _best(rates)
         drawn = k and z and not free
-        mean = self.rates(with_counts(acc.rates(limit), situation.counts), situation) if drawn else rates
+        mean = self._within_budget(self.rates(with_counts(acc.rates(limit), situation.counts), situation),
+                                   situation, not free) if drawn else rates
         probe = bool(drawn) and _best(mean) == 0
         k = _explore(rates, mean, k, self.explore_near)  # past the estimates' best: only as far as the draw favours
         if k and situation.lag > 2:
@@ -401,6 +423,35 @@ class CostAware(Policy):
         if k == 0 and not free:
             acc.forget(self.idle_decay)
         return k
+
+    def stake_s(self, k: int, situation: Situation = ALONE, model: bool = False) -> float:
+        """What a round of k drafts risks beyond a plain step: its cost over one row's
+        pass, were its first draft rejected (it then emits one token, as a plain step
+        does); a draft model's round adds its k steps and its cache's catch-up (but
+        not its first reading of the context, an investment in the whole generation
+        that `prefill_pays` and `_catch_up_pays_back` judge)."""
+        stake = verify_cost(self.verify_s, k + 1) - self.verify_s[1]
+        if model:
+            stake += k * self.draft_step_s + (self.catch_up_s(situation.lag) if self._draft_read else 0.0)
+        return stake
+
+    def budget_s(self, situation: Situation = ALONE) -> float:
+        """What this generation's rounds may still stake (`loss_budget`): what drafting
+        has won so far, plus LOSS_SHARE of the plain steps of its token limit (the
+        tokens emitted and those `situation.remaining`). A round staking no more keeps
+        the generation's net loss against plain steps, priced on the estimates,
+        within that share of the limit's plain time however its drafts turn out."""
+        limit = self.emitted + min(situation.remaining, 1 << 20)
+        return self.banked + LOSS_SHARE * self.verify_s[1] * limit
+
+    def _within_budget(self, rates: list[float], situation: Situation, model: bool) -> list[float]:
+        """`rates` (per k) with those of the drafts whose stake exceeds the budget set to
+        0, never chosen; all of them in a shared step (where rows are priced with the
+        others') or with the budget off."""
+        if not self.loss_budget or situation.others_rows:
+            return rates
+        budget = self.budget_s(situation)
+        return [r if k == 0 or self.stake_s(k, situation, model) <= budget else 0.0 for k, r in enumerate(rates)]
 
     def _catch_up_pays_back(self, acc: Acceptance, k: int, alphas: Sequence[float], rates: Sequence[float],
                             situation: Situation, chance: float | None) -> bool:
@@ -472,14 +523,18 @@ class CostAware(Policy):
         # verified (`observe`), so it is scored on its estimates alone, as in `choose`.
         z = max(float(self.rng.standard_normal()), 0.0)
         offer, model = self.acceptance(key), self.acceptance(MODEL_KEY)
-        take = [step_rate(with_counts(offer.rates(offered, z=self.free_z), counts), k, self.verify_s, 0.0, situation,
-                          self.pick_s) for k in range(offered + 1)]
+        take = self._within_budget(
+            [step_rate(with_counts(offer.rates(offered, z=self.free_z), counts), k, self.verify_s, 0.0, situation,
+                       self.pick_s) for k in range(offered + 1)], situation, False)
         k_take = _best(take)
         alphas = model.rates(limit, z=z)
-        rates = self.rates(alphas, situation)
+        rates = self._within_budget(self.rates(alphas, situation), situation, True)
         k = 1 + _best(rates[1:])
+        if not rates[k]:  # no draft of the model's within the budget
+            return k_take, True
         if z:  # and the model
-            k = _explore(rates, self.rates(model.rates(limit), situation), k, self.explore_near)
+            k = _explore(rates, self._within_budget(self.rates(model.rates(limit), situation), situation, True),
+                         k, self.explore_near)
         # this round pays the model's catch-up, if its cache lags
         rate = 1.0 / (1.0 / rates[k] + self.catch_up_s(situation.lag) / expected_tokens(alphas[:k]))
         if rate > take[k_take] and (situation.lag <= NORMAL_FEED or
@@ -548,8 +603,30 @@ class CostAware(Policy):
         if reached > 0:
             self._counts(key).add(reached, accepted, self.decay, fade_unseen=self.observe_fades_all)
 
+    def _bank(self, key: int, k: int, accepted: int, verify_s: float | None, draft) -> None:
+        """A round's outcome into `banked` and `emitted`: the tokens it emitted at a plain
+        step's estimate each, less what it took (its pass as timed, and its draft work;
+        in a shared step, whose pass is not its own, the estimates). A draft model's
+        first reading of the context (its prefill, k = 0, or its first round's
+        catch-up) is not banked: it was judged as an investment in the whole generation."""
+        fed_s = 0.0
+        if draft is not None and draft.fed:
+            fed_s = draft.fed_s if self._draft_read else 0.0
+            self._draft_read = True
+        if not k:
+            if draft is None or not draft.fed or draft.steps:
+                self.emitted += 1
+            return
+        self.emitted += accepted + 1
+        draft_s = 0.0 if draft is None else draft.step_s + fed_s + (draft.extra_s or 0.0)
+        if verify_s is None:
+            verify_s = verify_cost(self.verify_s, k + 1)
+            draft_s = 0.0 if draft is None else k * self.draft_step_s + (self.catch_up_s(draft.fed) if fed_s else 0.0)
+        self.banked += (accepted + 1) * (self.verify_s[1] + self.pick_s) - verify_s - draft_s
+
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)
+        self._bank(key, k, accepted, verify_s, draft)
         if k > 0:
             self._counts(key).add(k, accepted, self.decay)
         if key == MODEL_KEY and k > 0:
