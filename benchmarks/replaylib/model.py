@@ -238,18 +238,19 @@ def run(args) -> None:
         preds = record_preds(d, texts, store / f"model-{Path(draft_path).stem}-on-{Path(target_path).stem}.json")
     costs = {"target": curve, "draft": dprof["verify_s"], "feed": dprof["feed_s"]}
     seeds = {c: range(1 if c.split(",")[0] == "lookup" or c.startswith("k=") else args.seeds) for c in args.configs}
-    print(f"{'request':<28}" + "".join(f"{c:>12}" for c in args.configs))
+    width = {c: max(12, len(c) + 2) for c in args.configs}
+    print(f"{'request':<28}" + "".join(f"{c:>{width[c]}}" for c in args.configs))
     ratios: dict[str, list[float]] = {c: [] for c in args.configs}
     for rid, prompt, reply in texts:
         row = f"{rid:<28}"
         for c in args.configs:
             x = statistics.fmean(replay_one(rid, prompt, reply, preds[rid], c, s, costs)["ratio"] for s in seeds[c])
             ratios[c].append(x)
-            row += f"{x:>11.3f}x"
+            row += f"{x:>{width[c] - 1}.3f}x"
         print(row)
     chat = slice(0, len(texts) - args.rewrite)
     for label, fn in (("geomean", lambda xs: math.exp(statistics.fmean(map(math.log, xs)))), ("lowest", min)):
-        print(f"{label + ' (chat)':<28}" + "".join(f"{fn(ratios[c][chat]):>11.3f}x" for c in args.configs))
+        print(f"{label + ' (chat)':<28}" + "".join(f"{fn(ratios[c][chat]):>{width[c] - 1}.3f}x" for c in args.configs))
     print(f"decode speed over plain's, priced on {Path(target_path).name}'s "
           f"{'verify curve from ' + str(args.curve) if args.curve else 'cached verify curve'} ({args.threads} threads; "
           f"4 rows {curve[4] / curve[1]:.2f}x one) and {Path(draft_path).name}'s (a step {dprof['verify_s'][1] / curve[1]:.2f}x "
