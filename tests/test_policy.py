@@ -922,3 +922,18 @@ def test_winnings_buy_longer_drafts_and_a_shared_step_is_not_held_to_the_budget(
         won.update(4, 15, 15, QWEN_Q4[16])
     assert won.choose(4, 15, Situation(remaining=64)) == 15
     assert sure().choose(4, 15, Situation(remaining=96, others_rows=8, others_tokens=8.0)) > 3
+
+
+def test_what_drafting_won_is_priced_at_the_load_its_passes_ran_under():
+    """The estimates never rise above the profile a quiet machine measured. On a busy
+    machine every pass runs slower: a timed 4-row pass against a plain step at its
+    estimate counted each fully accepted round a loss, and the budget stopped a live
+    edit request's long drafts (wall clock on the real pair). Its tokens are priced at
+    the same load as its pass."""
+    p = CostAware(16, Costs(QWEN_Q4, 0.0))
+    for _ in range(4):
+        p.update(4, 3, 3, 1.3 * QWEN_Q4[4])
+    assert p.banked == pytest.approx(4 * 1.3 * (4 * QWEN_Q4[1] - QWEN_Q4[4]))
+    assert p.emitted == 16
+    p.update(4, 3, 0, 1.3 * QWEN_Q4[4])  # a round that lost: its stake at that load
+    assert p.banked == pytest.approx(4 * 1.3 * (4 * QWEN_Q4[1] - QWEN_Q4[4]) - 1.3 * (QWEN_Q4[4] - QWEN_Q4[1]))

@@ -604,11 +604,15 @@ class CostAware(Policy):
             self._counts(key).add(reached, accepted, self.decay, fade_unseen=self.observe_fades_all)
 
     def _bank(self, key: int, k: int, accepted: int, verify_s: float | None, draft) -> None:
-        """A round's outcome into `banked` and `emitted`: the tokens it emitted at a plain
-        step's estimate each, less what it took (its pass as timed, and its draft work;
-        in a shared step, whose pass is not its own, the estimates). A draft model's
-        first reading of the context (its prefill, k = 0, or its first round's
-        catch-up) is not banked: it was judged as an investment in the whole generation."""
+        """A round's outcome into `banked` and `emitted`: its tokens at a plain step's
+        estimate each, less its pass's estimate, both at the load its pass ran under
+        (its time as timed over its estimate; the estimates never rise above the
+        profile a quiet machine measured, so on a busy one a timed pass against an
+        estimated plain step would count every round a loss), and less its draft work
+        as timed (in a shared step, whose pass is not its own: the estimates alone).
+        A draft model's first reading of the context (its prefill, k = 0, or its first
+        round's catch-up) is not banked: it was judged as an investment in the whole
+        generation."""
         fed_s = 0.0
         if draft is not None and draft.fed:
             fed_s = draft.fed_s if self._draft_read else 0.0
@@ -618,11 +622,14 @@ class CostAware(Policy):
                 self.emitted += 1
             return
         self.emitted += accepted + 1
-        draft_s = 0.0 if draft is None else draft.step_s + fed_s + (draft.extra_s or 0.0)
+        said = verify_cost(self.verify_s, k + 1)
+        won = (accepted + 1) * (self.verify_s[1] + self.pick_s) - said
         if verify_s is None:
-            verify_s = verify_cost(self.verify_s, k + 1)
             draft_s = 0.0 if draft is None else k * self.draft_step_s + (self.catch_up_s(draft.fed) if fed_s else 0.0)
-        self.banked += (accepted + 1) * (self.verify_s[1] + self.pick_s) - verify_s - draft_s
+        else:
+            won *= verify_s / said
+            draft_s = 0.0 if draft is None else draft.step_s + fed_s + (draft.extra_s or 0.0)
+        self.banked += won - draft_s
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)
