@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from specgen.drafters.base import Draft
-from specgen.policy.cost import DRAFT_MODEL_PRIOR, LOSS_SHARE, MODEL_KEY, CostAware, Costs, Priors
+from specgen.policy.budget import LOSS_SHARE
+from specgen.policy.cost import DRAFT_MODEL_PRIOR, MODEL_KEY, CostAware, Costs, Priors
 from specgen.policy.base import (
     FixedK, Heuristic, Situation, expected_tokens_per_round, step_rate, unused_offer_outcome, verify_cost, with_counts,
 )
@@ -912,7 +913,7 @@ def test_winnings_buy_longer_drafts_and_a_shared_step_is_not_held_to_the_budget(
             p.observe(4, 16, 15)  # the offers held at every position plain steps judged
         return p
     fresh = Situation(remaining=96)
-    assert sure().stake_s(15) > sure().budget_s(fresh)
+    assert sure().stake_s(15) > sure().budget.allowance_s(QWEN_Q4[1], fresh.remaining)
     assert 0 < sure().choose(4, 15, fresh) < 15
     off = sure()
     off.loss_budget = False
@@ -933,7 +934,20 @@ def test_what_drafting_won_is_priced_at_the_load_its_passes_ran_under():
     p = CostAware(16, Costs(QWEN_Q4, 0.0))
     for _ in range(4):
         p.update(4, 3, 3, 1.3 * QWEN_Q4[4])
-    assert p.banked == pytest.approx(4 * 1.3 * (4 * QWEN_Q4[1] - QWEN_Q4[4]))
-    assert p.emitted == 16
+    assert p.budget.banked == pytest.approx(4 * 1.3 * (4 * QWEN_Q4[1] - QWEN_Q4[4]))
+    assert p.budget.emitted == 16
     p.update(4, 3, 0, 1.3 * QWEN_Q4[4])  # a round that lost: its stake at that load
-    assert p.banked == pytest.approx(4 * 1.3 * (4 * QWEN_Q4[1] - QWEN_Q4[4]) - 1.3 * (QWEN_Q4[4] - QWEN_Q4[1]))
+    assert p.budget.banked == pytest.approx(4 * 1.3 * (4 * QWEN_Q4[1] - QWEN_Q4[4]) - 1.3 * (QWEN_Q4[4] - QWEN_Q4[1]))
+
+
+def test_a_draft_models_first_reading_of_the_context_is_not_held_against_the_budget():
+    """Its prefill (or its first round's catch-up) is judged once, as an investment in
+    the whole generation; the catch-ups after it are a round's own cost."""
+    from specgen.policy.budget import LossBudget
+    b = LossBudget()
+    assert b.fed_counts(0) is False and b.draft_read is False
+    assert b.fed_counts(47) is False and b.draft_read is True  # the prompt
+    assert b.fed_counts(12) is True  # a catch-up after lookup rounds
+    b.round(4, 0.025, 0.086, None, 0.0)
+    assert b.emitted == 4 and b.banked == pytest.approx(4 * 0.025 - 0.086)
+    assert b.allowance_s(0.025, 92) == pytest.approx(b.banked + 0.03 * 0.025 * 96)

@@ -8,7 +8,7 @@ by optimistic Thompson sampling over its acceptance estimates (see CostAware).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -17,7 +17,9 @@ from specgen.policy.base import (
     ALONE, MODEL_KEY, Policy, Situation, expected_tokens, step_rate, verify_cost, with_counts,
 )
 from specgen.plan import NORMAL_FEED
+from specgen.policy.budget import LossBudget
 from specgen.policy.estimates import Estimates, Observed
+from specgen.policy.evidence import Acceptance
 from specgen.policy.trees import size_tree
 from specgen.rules.trees import DraftTree
 
@@ -34,17 +36,9 @@ DRAFT_MODEL_PRIOR = (0.7, 6.0)
 HEADS_PRIOR = (0.5, 4.0)
 # The weight, in rounds, of `prior` in a free drafter's pooled prior (`_free_prior`).
 FREE_POOL_STRENGTH = 2.0
-# A free key's position with less evidence than this many (decayed) rounds starts from
-# the lower of the key's estimate at the position before and all free keys' evidence
-# there (`Acceptance.pool`).
-POOL_UNTIL = 2.0
 # The weight of the newest run in `CostAware.model_run`, the running mean of the rounds
 # a draft model drafted after each catch-up of its cache.
 RUN_RATE = 0.3
-# The loss budget (`CostAware.budget_s`): a drafting round may stake, beyond a plain
-# step's cost, no more than what drafting has won in this generation so far plus
-# LOSS_SHARE of the plain steps its token limit takes.
-LOSS_SHARE = 0.03
 
 
 def heads_prior(heads) -> tuple[float, float]:
@@ -56,64 +50,6 @@ def heads_prior(heads) -> tuple[float, float]:
     if top1 and isinstance(top1[0], (int, float)):
         return min(max(float(top1[0]), 0.05), 0.95), HEADS_PRIOR[1]
     return HEADS_PRIOR
-
-
-@dataclass
-class Acceptance:
-    """Decayed counts of 'reached position i' and 'accepted at position i', with
-    the posterior they give: a Beta per position, whose prior mean is the
-    estimate at the position before (evidence at early positions speaks for
-    unseen later ones) and whose prior weighs `strength` rounds. Where a position
-    has less evidence than POOL_UNTIL rounds and `pool` holds a figure for it
-    (what all keys of its drafter met there), its prior mean is the lower of the two."""
-
-    prior: float
-    strength: float = 2.0
-    reached: list[float] = field(default_factory=list)
-    accepted: list[float] = field(default_factory=list)
-    # per position, what all the keys of its drafter met there (`CostAware._free_pool`;
-    # None where none reached it)
-    pool: Sequence[float | None] = ()
-
-    def rates(self, k: int, z: float = 0.0) -> list[float]:
-        """α_0 … α_{k-1}: the posterior means (z = 0), or each shifted by z of its
-        posterior's standard deviation (a normal approximation of the Beta),
-        the same z at every position."""
-        out, prior, s, pool = [], self.prior, self.strength, self.pool
-        for i in range(k):
-            r = self.reached[i] if i < len(self.reached) else 0.0
-            a = self.accepted[i] if i < len(self.accepted) else 0.0
-            if 0 < i < len(pool) and pool[i] is not None and r < POOL_UNTIL:
-                prior = min(prior, pool[i])
-            mean = (a + s * prior) / (r + s)
-            if z:
-                sd = math.sqrt(mean * (1.0 - mean) / (r + s + 1.0))
-                out.append(min(max(mean + z * sd, 0.0), 1.0))
-            else:
-                out.append(mean)
-            prior = mean
-        return out
-
-    def add(self, k: int, accepted: int, decay: float, fade_unseen: bool = True) -> None:
-        """One round's evidence: positions 1 … accepted reached and accepted, the next
-        reached and rejected. The positions it reaches fade by `decay` first, and
-        those past them too unless `fade_unseen` is False."""
-        while len(self.reached) < k:
-            self.reached.append(0.0)
-            self.accepted.append(0.0)
-        seen = min(accepted + 1, k)  # positions the rule looked at
-        for i in range(len(self.reached) if fade_unseen else seen):
-            self.reached[i] *= decay
-            self.accepted[i] *= decay
-        for i in range(seen):
-            self.reached[i] += 1.0
-            if i < accepted:
-                self.accepted[i] += 1.0
-
-    def forget(self, decay: float) -> None:
-        for i in range(len(self.reached)):
-            self.reached[i] *= decay
-            self.accepted[i] *= decay
 
 
 def _best(rates: Sequence[float]) -> int:
@@ -228,15 +164,12 @@ class CostAware(Policy):
     verify, observed) over what the estimates say, and scales their cost, so
     its choices see the real per-round cost. Other drafters: 1.
 
-    A loss budget bounds what all this can cost a generation (`loss_budget`): a
-    round may stake, beyond a plain step, no more than drafting has won so far in
-    this generation plus LOSS_SHARE of the plain time of its token limit
-    (`budget_s`, `stake_s`). Its net loss against plain steps then stays within
-    that share however the drafts turn out. Where rows are dear, a reply's first
-    long draft stakes several plain steps on thin evidence, and one that broke early
-    left a short reply slower than plain; the budget makes it win smaller drafts
-    first (replayed: docs/notes/2026-12-08-loss-budget.md). A draft model's first
-    reading of the context is an investment in the whole generation, judged apart.
+    A loss budget (`policy.budget`) bounds what all this can cost a generation: a
+    round stakes no more than drafting has won so far plus a share of the limit's
+    plain time. Where rows are dear, a reply's first long draft stakes several
+    plain steps on thin evidence, and one that broke early left a short reply
+    slower than plain; the budget makes it win smaller drafts first (replayed:
+    docs/notes/2026-12-08-loss-budget.md).
 
     Built from `Costs` (what rounds cost) and `Priors` (what acceptance is
     believed before evidence, and how evidence fades).
@@ -265,7 +198,7 @@ class CostAware(Policy):
     # a catch-up bought before (`model_run`; off: the rounds its estimate rests on)
     cap_by_run = True
     # loss_budget: a round stakes no more than the generation's winnings so far and its
-    # allowance (`budget_s`; off: any k the estimates favour)
+    # allowance (`policy.budget`; off: any k the estimates favour)
     loss_budget = True
 
     def __init__(self, k_max: int, costs: Costs, priors: Priors = Priors(), *, seed: int = 0,
@@ -285,10 +218,7 @@ class CostAware(Policy):
         # the runs closed so far (None: none yet): see `_catch_up_pays_back`
         self._run, self.model_run = 0, None
         self._rounds_seen = 0
-        # seconds drafting has won (lost: < 0) against plain steps in this generation, and
-        # the tokens emitted (`stake_cap`)
-        self.banked, self.emitted = 0.0, 0
-        self._draft_read = False  # the draft model has read the context once (`_bank`)
+        self.budget = LossBudget()  # what this generation's rounds may still stake
         self.prior = priors.prior
         self.model_prior = priors.model  # (mean, strength) for a draft model's rounds; None: as the others
         self.decay = priors.decay
@@ -427,22 +357,12 @@ class CostAware(Policy):
     def stake_s(self, k: int, situation: Situation = ALONE, model: bool = False) -> float:
         """What a round of k drafts risks beyond a plain step: its cost over one row's
         pass, were its first draft rejected (it then emits one token, as a plain step
-        does); a draft model's round adds its k steps and its cache's catch-up (but
-        not its first reading of the context, an investment in the whole generation
-        that `prefill_pays` and `_catch_up_pays_back` judge)."""
+        does); a draft model's round adds its k steps and its cache's catch-up (not its
+        first reading of the context: `LossBudget.draft_read`)."""
         stake = verify_cost(self.verify_s, k + 1) - self.verify_s[1]
         if model:
-            stake += k * self.draft_step_s + (self.catch_up_s(situation.lag) if self._draft_read else 0.0)
+            stake += k * self.draft_step_s + (self.catch_up_s(situation.lag) if self.budget.draft_read else 0.0)
         return stake
-
-    def budget_s(self, situation: Situation = ALONE) -> float:
-        """What this generation's rounds may still stake (`loss_budget`): what drafting
-        has won so far, plus LOSS_SHARE of the plain steps of its token limit (the
-        tokens emitted and those `situation.remaining`). A round staking no more keeps
-        the generation's net loss against plain steps, priced on the estimates,
-        within that share of the limit's plain time however its drafts turn out."""
-        limit = self.emitted + min(situation.remaining, 1 << 20)
-        return self.banked + LOSS_SHARE * self.verify_s[1] * limit
 
     def _within_budget(self, rates: list[float], situation: Situation, model: bool) -> list[float]:
         """`rates` (per k) with those of the drafts whose stake exceeds the budget set to
@@ -450,7 +370,7 @@ class CostAware(Policy):
         others') or with the budget off."""
         if not self.loss_budget or situation.others_rows:
             return rates
-        budget = self.budget_s(situation)
+        budget = self.budget.allowance_s(self.verify_s[1], situation.remaining)
         return [r if k == 0 or self.stake_s(k, situation, model) <= budget else 0.0 for k, r in enumerate(rates)]
 
     def _catch_up_pays_back(self, acc: Acceptance, k: int, alphas: Sequence[float], rates: Sequence[float],
@@ -604,32 +524,25 @@ class CostAware(Policy):
             self._counts(key).add(reached, accepted, self.decay, fade_unseen=self.observe_fades_all)
 
     def _bank(self, key: int, k: int, accepted: int, verify_s: float | None, draft) -> None:
-        """A round's outcome into `banked` and `emitted`: its tokens at a plain step's
-        estimate each, less its pass's estimate, both at the load its pass ran under
-        (its time as timed over its estimate; the estimates never rise above the
-        profile a quiet machine measured, so on a busy one a timed pass against an
-        estimated plain step would count every round a loss), and less its draft work
-        as timed (in a shared step, whose pass is not its own: the estimates alone).
-        A draft model's first reading of the context (its prefill, k = 0, or its first
-        round's catch-up) is not banked: it was judged as an investment in the whole
-        generation."""
-        fed_s = 0.0
-        if draft is not None and draft.fed:
-            fed_s = draft.fed_s if self._draft_read else 0.0
-            self._draft_read = True
+        """A round's outcome into the loss budget: its pass's estimate and, alone in its
+        pass, its time as timed (the estimates never rise above the profile a quiet
+        machine measured, so on a busy one a timed pass against an estimated plain step
+        would count every round a loss); its draft work as timed (shared: estimated).
+        A draft model's prefill (k = 0, its prompt fed) emits nothing."""
+        fed = draft is not None and self.budget.fed_counts(draft.fed)
         if not k:
             if draft is None or not draft.fed or draft.steps:
-                self.emitted += 1
+                self.budget.plain()
             return
-        self.emitted += accepted + 1
         said = verify_cost(self.verify_s, k + 1)
-        won = (accepted + 1) * (self.verify_s[1] + self.pick_s) - said
-        if verify_s is None:
-            draft_s = 0.0 if draft is None else k * self.draft_step_s + (self.catch_up_s(draft.fed) if fed_s else 0.0)
+        if draft is None:
+            draft_s = 0.0
+        elif verify_s is None:
+            draft_s = k * self.draft_step_s + (self.catch_up_s(draft.fed) if fed else 0.0)
         else:
-            won *= verify_s / said
-            draft_s = 0.0 if draft is None else draft.step_s + fed_s + (draft.extra_s or 0.0)
-        self.banked += won - draft_s
+            draft_s = draft.step_s + (draft.fed_s if fed else 0.0) + (draft.extra_s or 0.0)
+        seen = None if verify_s is None else verify_s - (accepted + 1) * self.pick_s
+        self.budget.round(accepted + 1, self.verify_s[1], said, seen, draft_s)
 
     def update(self, key: int, k: int, accepted: int, verify_s: float | None = None, draft=None) -> None:
         super().update(key, k, accepted)
