@@ -130,17 +130,23 @@ def _recorded(engine: Engine, prompts, n: int, ignore_eos: bool, store: Path, cu
     return out
 
 
-def options(ap) -> None:
+def pair_options(ap, configs: list[str]) -> None:
+    """The options of a replay on the real pair's target (this mode's and `model`'s)."""
     ap.add_argument("--f16", action="store_true", help="the target's F16 copy (cheap rows)")
     ap.add_argument("--requests", type=Path, nargs="+", default=None,
                     help="chat request files (default: benchmarks/prompts/open.jsonl, instruct.jsonl and the bundled set)")
     ap.add_argument("-n", type=int, default=96, help="tokens per request")
-    ap.add_argument("--threads", type=int, default=2, help="the cost profile's threads (and the recording's)")
-    ap.add_argument("--configs", nargs="+", default=["current", "fade=all"])
+    ap.add_argument("--threads", type=int, default=2, help="the cost profiles' threads (and the recordings')")
+    ap.add_argument("--configs", nargs="+", default=configs)
     ap.add_argument("--no-rewrite", dest="rewrite", action="store_false", help="leave the rewrite out")
     ap.add_argument("--save-curve", type=Path, default=None, help="write the verify curve the replay priced on (JSON)")
     ap.add_argument("--curve", type=Path, default=None,
-                    help="price on this verify curve (JSON, seconds of a pass of n rows at index n), not the cached profile")
+                    help="price the target on this verify curve (JSON, seconds of a pass of n rows at index n), "
+                         "not its cached profile")
+
+
+def options(ap) -> None:
+    pair_options(ap, ["current", "fade=all"])
 
 
 def run(args) -> None:

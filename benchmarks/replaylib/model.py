@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 from replaylib.common import Clock, ReplayTarget, load_curve, recordings, save_curve, virtual_time
-from replaylib.lookup import SETS, record, record_rewrite
+from replaylib.lookup import SETS, pair_options, record, record_rewrite
 
 import specgen.drafters.model as draftmodel
 from specgen.bench import load_requests
@@ -199,17 +199,8 @@ def replay_one(rid, prompt, reply, preds, config: str, seed: int, costs: dict) -
 
 
 def options(ap) -> None:
-    ap.add_argument("--f16", action="store_true", help="the target's F16 copy (cheap rows)")
-    ap.add_argument("--requests", type=Path, nargs="+", default=None,
-                    help="chat request files (default: benchmarks/prompts/open.jsonl, instruct.jsonl and the bundled set)")
-    ap.add_argument("-n", type=int, default=96, help="tokens per request")
-    ap.add_argument("--threads", type=int, default=2, help="the cost profiles' threads (and the recordings')")
+    pair_options(ap, ["lookup", "default", "model", "k=3"])
     ap.add_argument("--seeds", type=int, default=3, help="seeds of the cost policy's draws (the mean reported)")
-    ap.add_argument("--configs", nargs="+", default=["lookup", "default", "model", "k=3"])
-    ap.add_argument("--no-rewrite", dest="rewrite", action="store_false", help="leave the rewrite out")
-    ap.add_argument("--save-curve", type=Path, default=None, help="write the verify curve the replay priced on (JSON)")
-    ap.add_argument("--curve", type=Path, default=None,
-                    help="price the target on this verify curve (JSON, as `replay.py lookup --curve`), not its cached profile")
 
 
 def run(args) -> None:
